@@ -1,0 +1,392 @@
+"""Typed loader for `scoring.yaml`: correctness cases, budgets, timing profiles, score and limits.
+
+Every section is a frozen dataclass that validates itself. The loader rejects unknown keys, missing
+keys, wrong types and out-of-range values with an error that names the key's path and the value, so
+a malformed file never reaches a grade half-read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from task.inputs import DTYPES, FAMILIES
+
+SCHEMA_VERSION = 1
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "scoring.yaml"
+
+
+class ConfigError(ValueError):
+    """`scoring.yaml` is malformed; the message names the key path and the offending value."""
+
+
+def _fail(where: str, message: str) -> typing.NoReturn:
+    raise ConfigError(f"scoring.yaml: {where or '(top level)'}: {message}")
+
+
+def _join(where: str, key: object) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _positive(where: str, value: float) -> None:
+    if not value > 0:
+        _fail(where, f"must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class BlockArgs:
+    """Constructor arguments of the block, other than dilation (which every case sets)."""
+
+    channels: int = 128
+    expansion: int = 2
+    eps: float = 1e-5
+    residual_scale: float = 0.5
+
+    def __post_init__(self) -> None:
+        _positive("block.channels", self.channels)
+        _positive("block.expansion", self.expansion)
+        _positive("block.eps", self.eps)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Error budgets of one dtype (SPEC §3).
+
+    The forward check is elementwise ``|out − ref| ≤ forward_atol + forward_rtol·|ref|``; each
+    gradient's check is ``‖Δ‖₂ / ‖ref‖₂ ≤ grad_rel``. Utilisation is error over budget.
+    """
+
+    forward_atol: float
+    forward_rtol: float
+    grad_rel: float
+    calibration: str = ""
+
+    def __post_init__(self) -> None:
+        _positive("forward_atol", self.forward_atol)
+        if self.forward_rtol < 0:
+            _fail("forward_rtol", f"must be ≥ 0, got {self.forward_rtol!r}")
+        _positive("grad_rel", self.grad_rel)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One correctness case: a block, an input shape and family, a dtype and public seeds."""
+
+    name: str
+    batch: int
+    length: int
+    dilation: int
+    dtype: str
+    family: str
+    seeds: tuple[int, ...]
+    channels: int = 128
+    expansion: int = 2
+    eps: float = 1e-5
+    residual_scale: float = 0.5
+    smoke: bool = False
+
+    def __post_init__(self) -> None:
+        where = f"correctness.cases[{self.name}]"
+        for key in ("batch", "length", "dilation", "channels", "expansion", "eps"):
+            _positive(f"{where}.{key}", getattr(self, key))
+        if self.dtype not in DTYPES:
+            _fail(f"{where}.dtype", f"{self.dtype!r} is not one of {tuple(DTYPES)}")
+        if self.family not in FAMILIES:
+            _fail(f"{where}.family", f"{self.family!r} is not one of {FAMILIES}")
+        if not self.seeds:
+            _fail(f"{where}.seeds", "needs at least one seed")
+
+    @property
+    def numel(self) -> int:
+        return self.batch * self.length * self.channels
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Training drift: SGD steps on the submission and on the fp64 trajectory from equal weights."""
+
+    steps: int
+    lr: float
+    cases: tuple[Case, ...]
+
+    def __post_init__(self) -> None:
+        _positive("correctness.drift.steps", self.steps)
+        _positive("correctness.drift.lr", self.lr)
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """The gate: explicit cases plus the drift check."""
+
+    cases: tuple[Case, ...]
+    drift: Drift
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in (*self.cases, *self.drift.cases)]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            _fail("correctness", f"case names must be unique, repeated: {dupes}")
+        if not any(c.smoke for c in self.cases):
+            _fail("correctness.cases", "at least one case must be marked smoke: true")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One timed shape; the block is the production one (``task.block``) with this dilation."""
+
+    batch: int
+    length: int
+    dilation: int
+    dtype: str
+
+    def __post_init__(self) -> None:
+        for key in ("batch", "length", "dilation"):
+            _positive(f"shape.{key}", getattr(self, key))
+        if self.dtype not in DTYPES:
+            _fail("shape.dtype", f"{self.dtype!r} is not one of {tuple(DTYPES)}")
+
+    @property
+    def label(self) -> str:
+        return f"{self.dtype}:{self.batch}x{self.length}:d{self.dilation}"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A timing profile: which GPUs it is the default for, sample counts and shapes."""
+
+    gpus: tuple[str, ...]
+    warmup: int
+    rounds: int
+    shapes: tuple[Shape, ...]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            _fail("profile.warmup", f"must be ≥ 0, got {self.warmup!r}")
+        _positive("profile.rounds", self.rounds)
+        if not self.shapes:
+            _fail("profile.shapes", "needs at least one shape")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timing profiles by name; one named ``l4`` is official, one named ``smoke`` has no GPU."""
+
+    profiles: dict[str, Profile]
+    official: str = "l4"
+    fallback: str = "smoke"
+
+    def __post_init__(self) -> None:
+        for key in ("official", "fallback"):
+            name = getattr(self, key)
+            if name not in self.profiles:
+                _fail(f"timing.{key}", f"{name!r} is not a profile ({sorted(self.profiles)})")
+
+    def profile_for_gpu(self, gpu_name: str | None) -> str:
+        """The default profile for a GPU name (first whose ``gpus`` entry is in it)."""
+        if gpu_name is None:
+            return self.fallback
+        for name, profile in self.profiles.items():
+            if any(tag.lower() in gpu_name.lower() for tag in profile.gpus):
+                return name
+        return self.official
+
+
+@dataclass(frozen=True)
+class Score:
+    """Score of SPEC §5: ``clamp(ln r / ln max(margin·g, min_target), 0, cap)``, weighted mean."""
+
+    margin: float
+    min_target: float
+    cap: float
+    dtype_weights: dict[str, float]
+
+    def __post_init__(self) -> None:
+        if not self.min_target > 1.0:
+            _fail("score.min_target", f"must be > 1, got {self.min_target!r}")
+        _positive("score.margin", self.margin)
+        _positive("score.cap", self.cap)
+        for dtype, weight in self.dtype_weights.items():
+            if dtype not in DTYPES:
+                _fail("score.dtype_weights", f"{dtype!r} is not one of {tuple(DTYPES)}")
+            _positive(f"score.dtype_weights.{dtype}", weight)
+
+    def target(self, g: float) -> float:
+        """Speedup over plain PyTorch that scores exactly 1."""
+        return max(self.margin * g, self.min_target)
+
+    def shape_score(self, r: float, g: float) -> float:
+        """Score of one shape from r = t_plain/t_sub and g = t_plain/t_ref."""
+        if not (r > 0 and math.isfinite(r)):
+            return 0.0
+        return min(max(math.log(r) / math.log(self.target(g)), 0.0), self.cap)
+
+
+@dataclass(frozen=True)
+class PhaseLimit:
+    """Limits of one child process: wall time, resident memory, processes and open files."""
+
+    wall_s: float
+    memory_mb: int
+    max_threads: int = 64
+    open_files: int = 1024
+
+    def __post_init__(self) -> None:
+        _positive("limits.wall_s", self.wall_s)
+        _positive("limits.memory_mb", self.memory_mb)
+        _positive("limits.max_threads", self.max_threads)
+        _positive("limits.open_files", self.open_files)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-phase child limits and the limits on a submitted tree."""
+
+    load: PhaseLimit
+    gate: PhaseLimit
+    timing: PhaseLimit
+    tree_max_mb: float = 16.0
+    tree_max_files: int = 200
+    file_max_mb: float = 4.0
+
+    def __post_init__(self) -> None:
+        _positive("limits.tree_max_mb", self.tree_max_mb)
+        _positive("limits.tree_max_files", self.tree_max_files)
+        _positive("limits.file_max_mb", self.file_max_mb)
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """The whole of `scoring.yaml`."""
+
+    version: int
+    block: BlockArgs
+    budgets: dict[str, Budget]
+    correctness: Correctness
+    timing: Timing
+    score: Score
+    limits: Limits
+
+    def __post_init__(self) -> None:
+        if self.version != SCHEMA_VERSION:
+            _fail("version", f"this grader reads version {SCHEMA_VERSION}, got {self.version!r}")
+        missing = sorted(set(DTYPES) - set(self.budgets))
+        if missing:
+            _fail("budgets", f"missing dtypes {missing}")
+        unknown = sorted(set(self.budgets) - set(DTYPES))
+        if unknown:
+            _fail("budgets", f"unknown dtypes {unknown}")
+        timed = {s.dtype for p in self.timing.profiles.values() for s in p.shapes}
+        unweighted = sorted(timed - set(self.score.dtype_weights))
+        if unweighted:
+            _fail("score.dtype_weights", f"no weight for timed dtypes {unweighted}")
+
+    def budget(self, dtype: str) -> Budget:
+        return self.budgets[dtype]
+
+    def smoke_cases(self) -> tuple[Case, ...]:
+        return tuple(c for c in self.correctness.cases if c.smoke)
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` and build nested dataclasses."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, where)
+    if origin is tuple:
+        (item,) = (a for a in typing.get_args(tp) if a is not Ellipsis)
+        if not isinstance(value, list):
+            _fail(where, f"expected a list, got {value!r}")
+        return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        _, item = typing.get_args(tp)
+        if not isinstance(value, dict):
+            _fail(where, f"expected a mapping, got {value!r}")
+        return {str(k): _convert(item, v, _join(where, k)) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            _fail(where, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(where, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            _fail(where, f"expected a number, got {value!r}")
+        if not math.isfinite(value):
+            _fail(where, f"expected a finite number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            _fail(where, f"expected a string, got {value!r}")
+        return value
+    raise TypeError(f"no converter for {tp!r} at {where}")
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        _fail(where, f"expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        _fail(where, f"unknown keys {unknown} (allowed: {sorted(fields)})")
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                _fail(where, f"missing key {name!r}")
+            continue
+        kwargs[name] = _convert(hints[name], data[name], _join(where, name))
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as exc:
+        _fail(where, str(exc))
+
+
+def load_config(path: str | Path = DEFAULT_PATH) -> ScoringConfig:
+    """Read and validate `scoring.yaml`.
+
+    Raises:
+        ConfigError: The file is missing, not YAML, or does not match the schema.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"scoring.yaml: cannot read {path}: {exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"scoring.yaml: {path} is not valid YAML: {exc}") from exc
+    return _build(ScoringConfig, data, "")
+
+
+__all__ = [
+    "BlockArgs",
+    "Budget",
+    "Case",
+    "ConfigError",
+    "Correctness",
+    "Drift",
+    "Limits",
+    "PhaseLimit",
+    "Profile",
+    "ScoringConfig",
+    "Score",
+    "Shape",
+    "Timing",
+    "load_config",
+]

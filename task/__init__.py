@@ -1,0 +1,1 @@
+"""The frozen task: the block (`model`), its fp64 oracle (`oracle`) and input families (`inputs`)."""
