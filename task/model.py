@@ -13,9 +13,10 @@ For x of shape (batch, length, channels) and dilation d:
 3. h = fc2(gelu(fc1(ŷ))), exact (erf) GELU, both linears without bias.
 4. out = x + residual_scale · h.
 
-Dtype policy: the module computes in the dtype it was cast to (fp32, bf16 or fp16), as any
-plain PyTorch module would; statistics come from `torch.var_mean`, which accumulates in fp32 for
-the low-precision dtypes.
+Dtype policy: the conv and the MLP compute in the dtype the module was cast to (fp32, bf16 or
+fp16). The normalization (step 2) computes in fp32 and casts ŷ back, as `nn.LayerNorm` does for
+half inputs: in fp16 the backward of rsqrt cubes it, which overflows once σ² + eps < 6e-4 and
+would turn even the zero-weight identity's gradient into NaN.
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ class DilatedResidualBlock(nn.Module):
         """
         # Conv1d wants channels first; the block's layout is channels last.
         y = self.conv(x.transpose(1, 2)).transpose(1, 2)
-        var, mean = torch.var_mean(y, dim=(1, 2), unbiased=False, keepdim=True)
-        yhat = (y - mean) * torch.rsqrt(var + self.eps)
+        # fp32 for the low-precision dtypes; fp64 stays fp64.
+        y32 = y.to(torch.promote_types(y.dtype, torch.float32))
+        var, mean = torch.var_mean(y32, dim=(1, 2), unbiased=False, keepdim=True)
+        yhat = ((y32 - mean) * torch.rsqrt(var + self.eps)).to(x.dtype)
         h = self.fc2(F.gelu(self.fc1(yhat)))
         return x + self.residual_scale * h
 
