@@ -1,0 +1,490 @@
+"""Run untrusted code in a child process with limits, and tell how it ended.
+
+The grader never imports a submission in its own interpreter (SPEC §6). Every phase that touches
+submission code runs a trusted *entry script* (a child harness such as ``grader/child_gate.py``)
+in a fresh ``python -I`` interpreter:
+
+- isolated flags (``-I``: no ``PYTHON*`` variables, no user site, no script dir on ``sys.path``),
+  a scrubbed environment (an allow-list plus what the caller adds), the working directory a
+  private copy of the submitted tree that is also ``HOME`` and ``TMPDIR``;
+- its own session and process group, so it and everything it starts are killed together;
+- rlimits on open files, core dumps and (where asked) address space; a watchdog in the parent
+  polls the child's whole process tree for resident memory and task (thread + process) count,
+  and the wall clock, and kills the tree when one is over its limit;
+- a result channel: a pipe whose write end the child inherits (its fd number in
+  ``GRADER_CHANNEL_FD``); the child writes one JSON object per line. The parent treats every
+  message as untrusted data (the submission shares the child's address space and could forge
+  one): messages only say *where* the child is and what it *claims*; verdicts come from files
+  the parent re-checks itself.
+
+Outcomes are typed (`Outcome`), never inferred from strings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import resource
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.config import PhaseLimit
+
+CHANNEL_ENV = "GRADER_CHANNEL_FD"
+"""Environment variable that tells the child which fd is the result channel's write end."""
+
+# Variables a child may inherit from the grader's environment; everything else is dropped
+# (secrets, tokens, proxies, PYTHON*, TRITON_* knobs that could change what is compiled).
+_ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH")
+_POLL_S = 0.02
+_TAIL_BYTES = 8000
+_MAX_MESSAGE_BYTES = 1 << 20
+_MAX_MESSAGES = 100_000
+
+
+class ChildExit(enum.IntEnum):
+    """Exit codes a trusted child harness uses to say how it ended on purpose."""
+
+    OK = 0  # every requested item was handled and reported
+    HARNESS_ERROR = 1  # the harness itself failed (a grader bug, or Python's default for errors)
+    SUBMISSION_ERROR = 2  # importing or constructing the submission raised
+    OUT_OF_MEMORY = 3  # MemoryError or a torch out-of-memory error was caught
+    RULE_VIOLATION = 4  # a run-time rule check stopped the run
+
+
+class Outcome(enum.StrEnum):
+    """How a child process ended, as seen from the parent."""
+
+    OK = "ok"  # exit status 0
+    EXITED = "exited"  # a non-zero exit status
+    SIGNALED = "signaled"  # killed by a signal it did not get from the watchdog (a crash)
+    TIMED_OUT = "timed_out"  # past its wall-clock limit; killed by the watchdog
+    OUT_OF_MEMORY = "out_of_memory"  # over its memory limit (watchdog) or said so (ChildExit)
+    TOO_MANY_TASKS = "too_many_tasks"  # more threads + processes than its limit; killed
+    SPAWN_FAILED = "spawn_failed"  # the interpreter could not be started
+
+
+@dataclass(frozen=True)
+class ChildLimits:
+    """Limits of one child process tree.
+
+    Attributes:
+        wall_s: Wall-clock seconds from spawn to exit.
+        memory_mb: Resident memory of the whole tree (sum of VmRSS), in MiB.
+        max_tasks: Threads of all processes in the tree, together.
+        open_files: ``RLIMIT_NOFILE`` of each process.
+        address_space: Also set ``RLIMIT_AS`` to ``memory_mb`` plus ``address_slack_mb``. Only for
+            CPU-only children: CUDA reserves far more virtual memory than it uses.
+        address_slack_mb: Virtual memory on top of ``memory_mb`` that ``RLIMIT_AS`` allows.
+    """
+
+    wall_s: float
+    memory_mb: int
+    max_tasks: int = 64
+    open_files: int = 1024
+    address_space: bool = False
+    address_slack_mb: int = 4096
+
+    @classmethod
+    def from_phase(cls, phase: PhaseLimit, *, address_space: bool = False) -> ChildLimits:
+        """Limits of a phase from `scoring.yaml`'s ``limits`` section."""
+        return cls(
+            wall_s=phase.wall_s,
+            memory_mb=phase.memory_mb,
+            max_tasks=phase.max_threads,
+            open_files=phase.open_files,
+            address_space=address_space,
+        )
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    """How a child ended and what it said.
+
+    Attributes:
+        outcome: The typed ending.
+        exit_code: Exit status, or None when killed by a signal.
+        signal: The signal number that ended it, or None.
+        wall_s: Seconds from spawn to reaped.
+        peak_rss_mb: Largest resident memory of the tree seen by the watchdog.
+        peak_tasks: Largest thread + process count of the tree seen by the watchdog.
+        messages: Every well-formed JSON object the child wrote to the channel, in order.
+        stdout_tail: Last bytes of the child's stdout, decoded leniently.
+        stderr_tail: Last bytes of the child's stderr.
+        detail: A sentence saying why, for any outcome but OK.
+        leftover_pids: Processes of the tree still alive after the main child exited (killed).
+    """
+
+    outcome: Outcome
+    exit_code: int | None
+    signal: int | None
+    wall_s: float
+    peak_rss_mb: float
+    peak_tasks: int
+    messages: tuple[dict[str, Any], ...] = ()
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    detail: str = ""
+    leftover_pids: tuple[int, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.OK
+
+
+def child_env(workdir: Path, env_extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The scrubbed environment of a child: an allow-list, a private home, plus ``env_extra``."""
+    env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    tmp = workdir / ".tmp"
+    tmp.mkdir(exist_ok=True)
+    env.update(
+        HOME=str(workdir),
+        TMPDIR=str(tmp),
+        # Kernels compile into the child's own tree, never into a cache another grade shares.
+        TRITON_CACHE_DIR=str(workdir / ".triton"),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONHASHSEED="0",
+    )
+    env.update(env_extra or {})
+    return env
+
+
+def _set_limits(limits: ChildLimits) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        if limits.address_space:
+            cap = (limits.memory_mb + limits.address_slack_mb) << 20
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    return apply
+
+
+def _become_subreaper() -> None:
+    """Make orphans of our children re-parent to this process, so none escapes the kill.
+
+    Linux's PR_SET_CHILD_SUBREAPER; elsewhere (or if it fails) the group kill is all there is.
+    """
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _read_proc(pid: int, name: str) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_text()
+    except OSError:
+        return None
+
+
+def _scan() -> dict[int, tuple[int, int]]:
+    """pid → (ppid, process group) of every process visible in /proc."""
+    out: dict[int, tuple[int, int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        stat = _read_proc(int(entry.name), "stat")
+        if stat is None:
+            continue
+        # Fields after the parenthesised command name, which may itself hold spaces.
+        rest = stat.rsplit(")", 1)[-1].split()
+        out[int(entry.name)] = (int(rest[1]), int(rest[2]))
+    return out
+
+
+def process_tree(root: int) -> list[int]:
+    """``root``, its living descendants, and every process still in its process group.
+
+    The group catches orphans that were re-parented to init after their parent exited.
+    """
+    procs = _scan()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    tree, todo = {pid for pid, (_, pgrp) in procs.items() if pgrp == root}, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in procs or pid == root:
+            tree.add(pid)
+        todo.extend(c for c in children.get(pid, ()) if c not in tree)
+    return sorted(tree)
+
+
+def _usage(pids: Sequence[int]) -> tuple[float, int]:
+    """(resident MiB, thread count) summed over ``pids``."""
+    rss_kb, tasks = 0, 0
+    for pid in pids:
+        status = _read_proc(pid, "status")
+        if status is None:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                rss_kb += int(line.split()[1])
+            elif line.startswith("Threads:"):
+                tasks += int(line.split()[1])
+    return rss_kb / 1024.0, tasks
+
+
+def _kill_all(pids: Sequence[int], pgid: int | None) -> None:
+    if pgid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class _Channel:
+    """Line-buffered JSON reader of the child's result pipe; bad lines are dropped, not fatal."""
+
+    def __init__(self, on_message: Callable[[dict[str, Any]], None] | None) -> None:
+        self.buffer = b""
+        self.messages: list[dict[str, Any]] = []
+        self.on_message = on_message
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        if len(self.buffer) > _MAX_MESSAGE_BYTES:
+            self.buffer = b""
+        for line in lines:
+            if len(self.messages) >= _MAX_MESSAGES or not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict):
+                self.messages.append(message)
+                if self.on_message is not None:
+                    self.on_message(message)
+
+
+def run_child(
+    entry_script: Path,
+    workdir: Path,
+    args: Sequence[str],
+    limits: ChildLimits,
+    env_extra: Mapping[str, str] | None = None,
+    on_message: Callable[[dict[str, Any]], None] | None = None,
+    *,
+    python: str = sys.executable,
+    python_flags: Sequence[str] = ("-I",),
+) -> ChildResult:
+    """Run ``python -I entry_script *args`` in ``workdir`` under ``limits``; never raises for
+    anything the child does.
+
+    Args:
+        entry_script: The trusted harness to run (its own imports are the harness's business;
+            ``-I`` keeps its directory off ``sys.path``).
+        workdir: The child's working directory, home and temp dir; its stdout/stderr land in
+            ``workdir/.child-stdout`` and ``.child-stderr``.
+        args: Command-line arguments after the script.
+        limits: Wall time, memory, tasks, open files.
+        env_extra: Variables added to the scrubbed environment (``CUDA_VISIBLE_DEVICES``,
+            ``TRITON_INTERPRET``...).
+        on_message: Called in the parent for every channel message as it arrives (progress).
+        python: Interpreter to run.
+        python_flags: Interpreter flags.
+
+    Returns:
+        The `ChildResult`.
+    """
+    workdir = Path(workdir)
+    read_fd, write_fd = os.pipe()
+    env = child_env(workdir, env_extra)
+    env[CHANNEL_ENV] = str(write_fd)
+    out_path, err_path = workdir / ".child-stdout", workdir / ".child-stderr"
+    start = time.monotonic()
+    try:
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            proc = subprocess.Popen(
+                [python, *python_flags, str(entry_script), *args],
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+                preexec_fn=_set_limits(limits),
+                close_fds=True,
+            )
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        return ChildResult(
+            Outcome.SPAWN_FAILED, None, None, 0.0, 0.0, 0, detail=f"could not start {python}: {exc}"
+        )
+    finally:
+        # The parent keeps only the read end, so EOF means every holder of the write end is gone.
+        with contextlib.suppress(OSError):
+            os.close(write_fd)
+
+    _become_subreaper()
+    channel = _Channel(on_message)
+    seen: set[int] = {proc.pid}
+    selector = selectors.DefaultSelector()
+    os.set_blocking(read_fd, False)
+    selector.register(read_fd, selectors.EVENT_READ)
+    peak_rss, peak_tasks = 0.0, 0
+    killed: tuple[Outcome, str] | None = None
+    tree: list[int] = [proc.pid]
+    channel_open = True
+    try:
+        while True:
+            if channel_open:
+                for _key, _ in selector.select(timeout=_POLL_S):
+                    try:
+                        data = os.read(read_fd, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if data:
+                        channel.feed(data)
+                    else:
+                        channel_open = False
+                        selector.unregister(read_fd)
+            else:
+                time.sleep(_POLL_S)
+            if proc.poll() is not None:
+                break
+            tree = process_tree(proc.pid)
+            seen.update(tree)
+            rss, tasks = _usage(tree)
+            peak_rss, peak_tasks = max(peak_rss, rss), max(peak_tasks, tasks)
+            elapsed = time.monotonic() - start
+            if elapsed > limits.wall_s:
+                killed = (Outcome.TIMED_OUT, f"ran past its wall-clock limit of {limits.wall_s:g}s")
+            elif rss > limits.memory_mb:
+                killed = (
+                    Outcome.OUT_OF_MEMORY,
+                    f"resident memory {rss:.0f} MiB went over its limit of {limits.memory_mb} MiB",
+                )
+            elif tasks > limits.max_tasks:
+                killed = (
+                    Outcome.TOO_MANY_TASKS,
+                    f"{tasks} threads and processes went over its limit of {limits.max_tasks}",
+                )
+            if killed is not None:
+                _kill_all(tree, proc.pid)
+                proc.wait()
+                break
+        # Anything the child started and left running dies with it; the caller may count it.
+        # A process that left the group (setsid) and lost its parent is re-parented to this
+        # process (a subreaper): it is found among our own children that the watchdog saw.
+        mine = {pid for pid, (ppid, _) in _scan().items() if ppid == os.getpid()}
+        leftover = tuple(
+            sorted((set(process_tree(proc.pid)) | (mine & seen)) - {proc.pid})
+        )
+        _kill_all(leftover, proc.pid)
+        for pid in leftover:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+        # Drain what the child wrote before it ended; a killed tree cannot write more, and the
+        # deadline guards against a grandchild that escaped the group and holds the pipe open.
+        deadline = time.monotonic() + 1.0
+        while channel_open and time.monotonic() < deadline:
+            if not selector.select(timeout=0.05):
+                continue
+            try:
+                data = os.read(read_fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not data:
+                break
+            channel.feed(data)
+    finally:
+        selector.close()
+        os.close(read_fd)
+    wall = time.monotonic() - start
+
+    code = proc.returncode
+    sig = -code if code is not None and code < 0 else None
+    if killed is not None:
+        outcome, detail = killed
+        exit_code = None
+    elif sig is not None:
+        outcome, exit_code = Outcome.SIGNALED, None
+        detail = f"killed by signal {sig} ({_signal_name(sig)})"
+    elif code == ChildExit.OUT_OF_MEMORY:
+        outcome, exit_code = Outcome.OUT_OF_MEMORY, code
+        detail = "ran out of memory (the child caught an out-of-memory error)"
+    elif code != 0:
+        outcome, exit_code, detail = Outcome.EXITED, code, f"exited with status {code}"
+    else:
+        outcome, exit_code, detail = Outcome.OK, 0, ""
+    return ChildResult(
+        outcome=outcome,
+        exit_code=exit_code,
+        signal=sig if killed is None else signal.SIGKILL,
+        wall_s=wall,
+        peak_rss_mb=peak_rss,
+        peak_tasks=peak_tasks,
+        messages=tuple(channel.messages),
+        stdout_tail=_tail(out_path),
+        stderr_tail=_tail(err_path),
+        detail=detail,
+        leftover_pids=leftover,
+    )
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "unknown"
+
+
+class ChannelWriter:
+    """The child's end of the result channel: one JSON object per line, flushed at once.
+
+    Used by child harnesses (``grader/child_*.py``), not by the parent.
+    """
+
+    def __init__(self, fd: int | None = None) -> None:
+        if fd is None:
+            fd = int(os.environ[CHANNEL_ENV])
+        self._file = os.fdopen(fd, "w", buffering=1, closefd=True)
+
+    def send(self, event: str, **fields: Any) -> None:
+        self._file.write(json.dumps({"event": event, **fields}, default=str) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+
+
+__all__ = [
+    "CHANNEL_ENV",
+    "ChannelWriter",
+    "ChildExit",
+    "ChildLimits",
+    "ChildResult",
+    "Outcome",
+    "child_env",
+    "process_tree",
+    "run_child",
+]
