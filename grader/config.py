@@ -31,13 +31,26 @@ def _fail(where: str, message: str) -> typing.NoReturn:
     raise ConfigError(f"scoring.yaml: {where or '(top level)'}: {message}")
 
 
+class _Invalid(ConfigError):
+    """A section's own check failed; the loader prefixes the section's path to ``key``."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+def _invalid(key: str, message: str) -> typing.NoReturn:
+    raise _Invalid(key, message)
+
+
 def _join(where: str, key: object) -> str:
     return f"{where}.{key}" if where else str(key)
 
 
-def _positive(where: str, value: float) -> None:
+def _positive(key: str, value: float) -> None:
     if not value > 0:
-        _fail(where, f"must be > 0, got {value!r}")
+        _invalid(key, f"must be > 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -50,9 +63,9 @@ class BlockArgs:
     residual_scale: float = 0.5
 
     def __post_init__(self) -> None:
-        _positive("block.channels", self.channels)
-        _positive("block.expansion", self.expansion)
-        _positive("block.eps", self.eps)
+        _positive("channels", self.channels)
+        _positive("expansion", self.expansion)
+        _positive("eps", self.eps)
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class Budget:
     def __post_init__(self) -> None:
         _positive("forward_atol", self.forward_atol)
         if self.forward_rtol < 0:
-            _fail("forward_rtol", f"must be ≥ 0, got {self.forward_rtol!r}")
+            _invalid("forward_rtol", f"must be ≥ 0, got {self.forward_rtol!r}")
         _positive("grad_rel", self.grad_rel)
 
 
@@ -93,15 +106,14 @@ class Case:
     smoke: bool = False
 
     def __post_init__(self) -> None:
-        where = f"correctness.cases[{self.name}]"
         for key in ("batch", "length", "dilation", "channels", "expansion", "eps"):
-            _positive(f"{where}.{key}", getattr(self, key))
+            _positive(key, getattr(self, key))
         if self.dtype not in DTYPES:
-            _fail(f"{where}.dtype", f"{self.dtype!r} is not one of {tuple(DTYPES)}")
+            _invalid("dtype", f"{self.dtype!r} is not one of {tuple(DTYPES)}")
         if self.family not in FAMILIES:
-            _fail(f"{where}.family", f"{self.family!r} is not one of {FAMILIES}")
+            _invalid("family", f"{self.family!r} is not one of {FAMILIES}")
         if not self.seeds:
-            _fail(f"{where}.seeds", "needs at least one seed")
+            _invalid("seeds", "needs at least one seed")
 
     @property
     def numel(self) -> int:
@@ -117,8 +129,8 @@ class Drift:
     cases: tuple[Case, ...]
 
     def __post_init__(self) -> None:
-        _positive("correctness.drift.steps", self.steps)
-        _positive("correctness.drift.lr", self.lr)
+        _positive("steps", self.steps)
+        _positive("lr", self.lr)
 
 
 @dataclass(frozen=True)
@@ -132,9 +144,9 @@ class Correctness:
         names = [c.name for c in (*self.cases, *self.drift.cases)]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            _fail("correctness", f"case names must be unique, repeated: {dupes}")
+            _invalid("cases", f"case names must be unique, repeated: {dupes}")
         if not any(c.smoke for c in self.cases):
-            _fail("correctness.cases", "at least one case must be marked smoke: true")
+            _invalid("cases", "at least one case must be marked smoke: true")
 
 
 @dataclass(frozen=True)
@@ -148,9 +160,9 @@ class Shape:
 
     def __post_init__(self) -> None:
         for key in ("batch", "length", "dilation"):
-            _positive(f"shape.{key}", getattr(self, key))
+            _positive(key, getattr(self, key))
         if self.dtype not in DTYPES:
-            _fail("shape.dtype", f"{self.dtype!r} is not one of {tuple(DTYPES)}")
+            _invalid("dtype", f"{self.dtype!r} is not one of {tuple(DTYPES)}")
 
     @property
     def label(self) -> str:
@@ -169,10 +181,10 @@ class Profile:
 
     def __post_init__(self) -> None:
         if self.warmup < 0:
-            _fail("profile.warmup", f"must be ≥ 0, got {self.warmup!r}")
-        _positive("profile.rounds", self.rounds)
+            _invalid("warmup", f"must be ≥ 0, got {self.warmup!r}")
+        _positive("rounds", self.rounds)
         if not self.shapes:
-            _fail("profile.shapes", "needs at least one shape")
+            _invalid("shapes", "needs at least one shape")
 
 
 @dataclass(frozen=True)
@@ -187,7 +199,7 @@ class Timing:
         for key in ("official", "fallback"):
             name = getattr(self, key)
             if name not in self.profiles:
-                _fail(f"timing.{key}", f"{name!r} is not a profile ({sorted(self.profiles)})")
+                _invalid(key, f"{name!r} is not a profile ({sorted(self.profiles)})")
 
     def profile_for_gpu(self, gpu_name: str | None) -> str:
         """The default profile for a GPU name (first whose ``gpus`` entry is in it)."""
@@ -210,13 +222,13 @@ class Score:
 
     def __post_init__(self) -> None:
         if not self.min_target > 1.0:
-            _fail("score.min_target", f"must be > 1, got {self.min_target!r}")
-        _positive("score.margin", self.margin)
-        _positive("score.cap", self.cap)
+            _invalid("min_target", f"must be > 1, got {self.min_target!r}")
+        _positive("margin", self.margin)
+        _positive("cap", self.cap)
         for dtype, weight in self.dtype_weights.items():
             if dtype not in DTYPES:
-                _fail("score.dtype_weights", f"{dtype!r} is not one of {tuple(DTYPES)}")
-            _positive(f"score.dtype_weights.{dtype}", weight)
+                _invalid("dtype_weights", f"{dtype!r} is not one of {tuple(DTYPES)}")
+            _positive(f"dtype_weights.{dtype}", weight)
 
     def target(self, g: float) -> float:
         """Speedup over plain PyTorch that scores exactly 1."""
@@ -239,10 +251,10 @@ class PhaseLimit:
     open_files: int = 1024
 
     def __post_init__(self) -> None:
-        _positive("limits.wall_s", self.wall_s)
-        _positive("limits.memory_mb", self.memory_mb)
-        _positive("limits.max_threads", self.max_threads)
-        _positive("limits.open_files", self.open_files)
+        _positive("wall_s", self.wall_s)
+        _positive("memory_mb", self.memory_mb)
+        _positive("max_threads", self.max_threads)
+        _positive("open_files", self.open_files)
 
 
 @dataclass(frozen=True)
@@ -257,9 +269,9 @@ class Limits:
     file_max_mb: float = 4.0
 
     def __post_init__(self) -> None:
-        _positive("limits.tree_max_mb", self.tree_max_mb)
-        _positive("limits.tree_max_files", self.tree_max_files)
-        _positive("limits.file_max_mb", self.file_max_mb)
+        _positive("tree_max_mb", self.tree_max_mb)
+        _positive("tree_max_files", self.tree_max_files)
+        _positive("file_max_mb", self.file_max_mb)
 
 
 @dataclass(frozen=True)
@@ -276,17 +288,17 @@ class ScoringConfig:
 
     def __post_init__(self) -> None:
         if self.version != SCHEMA_VERSION:
-            _fail("version", f"this grader reads version {SCHEMA_VERSION}, got {self.version!r}")
+            _invalid("version", f"this grader reads version {SCHEMA_VERSION}, got {self.version!r}")
         missing = sorted(set(DTYPES) - set(self.budgets))
         if missing:
-            _fail("budgets", f"missing dtypes {missing}")
+            _invalid("budgets", f"missing dtypes {missing}")
         unknown = sorted(set(self.budgets) - set(DTYPES))
         if unknown:
-            _fail("budgets", f"unknown dtypes {unknown}")
+            _invalid("budgets", f"unknown dtypes {unknown}")
         timed = {s.dtype for p in self.timing.profiles.values() for s in p.shapes}
         unweighted = sorted(timed - set(self.score.dtype_weights))
         if unweighted:
-            _fail("score.dtype_weights", f"no weight for timed dtypes {unweighted}")
+            _invalid("score.dtype_weights", f"no weight for timed dtypes {unweighted}")
 
     def budget(self, dtype: str) -> Budget:
         return self.budgets[dtype]
@@ -350,10 +362,8 @@ def _build(cls: type, data: Any, where: str) -> Any:
         kwargs[name] = _convert(hints[name], data[name], _join(where, name))
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (TypeError, ValueError) as exc:
-        _fail(where, str(exc))
+    except _Invalid as exc:
+        _fail(_join(where, exc.key), exc.message)
 
 
 def load_config(path: str | Path = DEFAULT_PATH) -> ScoringConfig:

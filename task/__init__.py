@@ -1,1 +1,1 @@
-"""The frozen task: the block (`model`), its fp64 oracle (`oracle`) and input families (`inputs`)."""
+"""The frozen task: the block (`model`), its fp64 oracle (`oracle`), input families (`inputs`)."""

@@ -1,4 +1,4 @@
-"""Input families for the correctness cases: the block's weights, its input and an upstream gradient.
+"""Input families for the correctness cases: the weights, the input and an upstream gradient.
 
 Public: the agent may generate the same families locally. What it cannot know is the secret seed
 that the grader mixes into every case's public seed (`derive_seed`), so it cannot predict values.

@@ -1,0 +1,111 @@
+"""scoring.yaml loads into typed config, and every kind of malformed copy fails with a clear error."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grader.config import DEFAULT_PATH, ConfigError, load_config
+
+
+def test_shipped_config_loads():
+    config = load_config()
+    assert config.version == 1
+    assert {"l4", "h200", "smoke"} <= set(config.timing.profiles)
+    assert config.timing.official == "l4"
+    assert config.budget("float32").forward_atol == 2e-4
+    assert config.budget("float32").grad_rel == 3e-3
+    assert config.smoke_cases(), "the CPU grade needs smoke cases"
+    families = {c.family for c in config.correctness.cases}
+    assert families == {"normal", "offset", "scale", "tiny"}
+    assert {c.dtype for c in config.correctness.cases} == {"float32", "bfloat16", "float16"}
+    # SPEC §3: the offset family runs at production length, where fp32 sums are long.
+    assert max(c.length for c in config.correctness.cases if c.family == "offset") >= 4096
+    # Lengths straddle a tile size, and a dilation goes beyond the length.
+    lengths = {c.length for c in config.correctness.cases}
+    assert {127, 128, 129} <= lengths
+    assert any(c.dilation > c.length for c in config.correctness.cases)
+
+
+def test_profile_for_gpu():
+    timing = load_config().timing
+    assert timing.profile_for_gpu("NVIDIA L4") == "l4"
+    assert timing.profile_for_gpu("NVIDIA H200") == "h200"
+    assert timing.profile_for_gpu("NVIDIA A100-SXM4-80GB") == "l4"
+    assert timing.profile_for_gpu(None) == "smoke"
+
+
+def test_score_formula():
+    score = load_config().score
+    g = 2.0
+    assert score.shape_score(1.0, g) == 0.0  # the plain path
+    assert score.shape_score(0.5, g) == 0.0  # slower than plain is clamped
+    assert math.isclose(score.shape_score(g, g), math.log(g) / math.log(1.1 * g))
+    assert math.isclose(score.shape_score(1.1 * g, g), 1.0)
+    assert score.shape_score(1e9, g) == score.cap
+    assert score.shape_score(float("nan"), g) == 0.0
+    # A weak reference still leaves a target of min_target.
+    assert math.isclose(score.shape_score(1.1, 0.5), 1.0)
+
+
+def _write(tmp_path: Path, mutate) -> Path:
+    data = yaml.safe_load(DEFAULT_PATH.read_text())
+    mutate(data)
+    path = tmp_path / "scoring.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(extra=1), r"\(top level\): unknown keys \['extra'\]"),
+        (lambda d: d.update(version=2), r"version: this grader reads version 1, got 2"),
+        (lambda d: d.pop("score"), r"missing key 'score'"),
+        (lambda d: d["budgets"]["float32"].update(grad_rel=-1.0),
+         r"budgets.float32.grad_rel: must be > 0, got -1.0"),
+        (lambda d: d["budgets"]["float32"].update(grad_rel="tight"),
+         r"budgets.float32.grad_rel: expected a number, got 'tight'"),
+        (lambda d: d["budgets"].pop("float16"), r"budgets: missing dtypes \['float16'\]"),
+        (lambda d: d["correctness"]["cases"][0].update(dtype="float8"),
+         r"dtype: 'float8' is not one of"),
+        (lambda d: d["correctness"]["cases"][0].update(family="gauss"),
+         r"family: 'gauss' is not one of"),
+        (lambda d: d["correctness"]["cases"][0].update(length=0), r"cases\[0\].length: must be > 0, got 0"),
+        (lambda d: d["correctness"]["cases"][0].update(batch=2.5),
+         r"cases\[0\].batch: expected an integer, got 2.5"),
+        (lambda d: d["correctness"]["cases"][0].update(smoke="yes"),
+         r"smoke: expected true or false, got 'yes'"),
+        (lambda d: d["correctness"]["cases"][0].update(seeds=[]), r"needs at least one seed"),
+        (lambda d: d["correctness"]["cases"][1].update(name=d["correctness"]["cases"][0]["name"]),
+         r"case names must be unique"),
+        (lambda d: d["timing"].update(official="a100"), r"timing.official: 'a100' is not a profile"),
+        (lambda d: d["timing"]["profiles"]["l4"].update(rounds=0), r"rounds: must be > 0, got 0"),
+        (lambda d: d["timing"]["profiles"]["l4"]["shapes"][0].update(batch=-1),
+         r"shapes\[0\].batch: must be > 0, got -1"),
+        (lambda d: d["score"].update(min_target=1.0), r"min_target: must be > 1, got 1.0"),
+        (lambda d: d["score"]["dtype_weights"].pop("bfloat16"),
+         r"no weight for timed dtypes \['bfloat16'\]"),
+        (lambda d: d["limits"]["gate"].update(wall_s=0), r"limits.gate.wall_s: must be > 0, got 0"),
+        (lambda d: d["limits"].update(gate=[1, 2]), r"limits.gate: expected a mapping, got \[1, 2\]"),
+    ],
+)
+def test_malformed_config_is_rejected_with_the_key_and_value(tmp_path, mutate, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, mutate))
+
+
+def test_unreadable_and_non_yaml_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    top = tmp_path / "list.yaml"
+    top.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(top)
