@@ -1,0 +1,389 @@
+"""Launch plans for the reference conv+norm kernels: what they are, where they come from.
+
+A `Plan` names every launch parameter of the kernels in `reference/conv_norm.py`. At run time
+`plan_for` picks one with no autotuning: the GPU's frozen plan table (`reference/plans/<gpu>.json`,
+written by the tuner) when it holds the input's shape class, else `heuristic_plan`, a documented
+function of the device's properties. A tuner passes candidate plans to the launchers explicitly.
+
+Kernel layout the parameters refer to: each example (L rows of C channels) is cut into tiles of
+``block_rows`` rows × ``block_c`` channels. Each example is handled by ``group`` programs (a
+"group") that first reduce the example's statistics, meet at a per-example barrier, then make a
+second pass over the same tiles, which they just read and so find in L2. The number of groups in
+flight at once, and hence the L2 footprint, follows from ``group`` and the number of programs the
+GPU holds at once.
+
+Plan table format (JSON)::
+
+    {
+      "meta": {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0",
+               "date": "2026-11-30", "method": "how the entries were made"},
+      "plans": {
+        "float32": {"c128-l4096-d1-b32": {<Plan fields>}, ...},
+        "bfloat16": {...}
+      }
+    }
+
+Shape-class keys come from `shape_class` (powers of two rounded up; see there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PLANS_DIR = Path(__file__).resolve().parent / "plans"
+
+# GPU-name substring → table file in PLANS_DIR. The first match wins.
+TABLE_FILES: dict[str, str] = {"H200": "h200.json", "L4": "l4.json"}
+
+DTYPE_NAMES: dict[torch.dtype, str] = {
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+}
+
+# Bound on elements per tile (rows × channels): keeps the backward's ~10 live fp32 tiles in
+# registers at 8 warps without spilling.
+MAX_TILE_ELEMENTS = 16384
+# Programs per SM the heuristic assumes reside at once (4 warps each, ≤ 128 registers/thread).
+RESIDENT_PER_SM = 4
+
+
+def _is_pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two ≥ n (1 for n ≤ 1)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every launch parameter of the conv+norm kernels, forward and backward.
+
+    Attributes:
+        fwd_block_rows: Rows (length positions) per forward tile; a power of two.
+        bwd_block_rows: Rows per backward tile; a power of two.
+        block_c: Channels per tile, a power of two; the launcher uses min(block_c, next_pow2(C)).
+        fwd_num_warps: Warps per forward program.
+        bwd_num_warps: Warps per backward program.
+        fwd_group: Programs per example in the forward (the launcher clamps it to the number of
+            tiles, to the SM count, and to 1 under the Triton interpreter).
+        bwd_group: Programs per example in the backward, clamped the same way.
+        num_stages: Software-pipelining depth passed to Triton (both kernels).
+    """
+
+    fwd_block_rows: int = 32
+    bwd_block_rows: int = 16
+    block_c: int = 128
+    fwd_num_warps: int = 4
+    bwd_num_warps: int = 4
+    fwd_group: int = 8
+    bwd_group: int = 8
+    num_stages: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("fwd_block_rows", "bwd_block_rows", "block_c", "fwd_num_warps",
+                     "bwd_num_warps"):
+            value = getattr(self, name)
+            if not _is_pow2(value):
+                raise ValueError(f"Plan.{name}={value} must be a power of two ≥ 1")
+        for name in ("fwd_group", "bwd_group", "num_stages"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"Plan.{name}={value} must be ≥ 1")
+        for name in ("fwd_block_rows", "bwd_block_rows"):
+            tile = getattr(self, name) * self.block_c
+            if tile > MAX_TILE_ELEMENTS:
+                raise ValueError(
+                    f"Plan.{name}×block_c={tile} exceeds MAX_TILE_ELEMENTS={MAX_TILE_ELEMENTS}"
+                )
+
+    def to_dict(self) -> dict[str, int]:
+        """The plan as a JSON-ready mapping (field name → value)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """Build a plan from `to_dict`'s mapping.
+
+        Raises:
+            ValueError: On unknown or non-integer fields, or an invalid value.
+        """
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise ValueError(f"unknown Plan fields {unknown} (allowed: {sorted(fields)})")
+        for key, value in data.items():
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"Plan.{key}={value!r} must be an integer")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the heuristic needs to know about a GPU.
+
+    Attributes:
+        name: Device name as torch reports it (e.g. "NVIDIA H200"), or "cpu".
+        sm_count: Streaming multiprocessors.
+        l2_bytes: L2 cache size in bytes (0 where unknown).
+    """
+
+    name: str
+    sm_count: int
+    l2_bytes: int
+
+
+@lru_cache(maxsize=16)
+def device_info(device: torch.device | str) -> DeviceInfo:
+    """Read name, SM count and L2 size from torch; a CPU device gets a one-SM placeholder."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return DeviceInfo(name="cpu", sm_count=1, l2_bytes=0)
+    props = torch.cuda.get_device_properties(device)
+    return DeviceInfo(
+        name=props.name,
+        sm_count=props.multi_processor_count,
+        l2_bytes=int(getattr(props, "L2_cache_size", 0)),
+    )
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    """Bucket of inputs that share a plan: every size rounded up to a power of two.
+
+    Attributes:
+        channels: next_pow2(C).
+        length: next_pow2(L).
+        dilation: next_pow2(d), capped at the length bucket (all d ≥ L behave alike: no taps
+            reach another row).
+        batch: next_pow2(B).
+    """
+
+    channels: int
+    length: int
+    dilation: int
+    batch: int
+
+    @property
+    def key(self) -> str:
+        """Table key, e.g. ``c128-l4096-d16-b32``."""
+        return f"c{self.channels}-l{self.length}-d{self.dilation}-b{self.batch}"
+
+
+def shape_class(batch: int, length: int, channels: int, dilation: int) -> ShapeClass:
+    """Map an input shape to its shape class.
+
+    Raises:
+        ValueError: If a size is < 1.
+    """
+    for name, value in (("batch", batch), ("length", length), ("channels", channels),
+                        ("dilation", dilation)):
+        if value < 1:
+            raise ValueError(f"{name}={value} must be ≥ 1")
+    length2 = next_pow2(length)
+    return ShapeClass(
+        channels=next_pow2(channels),
+        length=length2,
+        dilation=min(next_pow2(dilation), length2),
+        batch=next_pow2(batch),
+    )
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Table name of a supported dtype.
+
+    Raises:
+        ValueError: For a dtype other than fp32, bf16, fp16.
+    """
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"dtype={dtype} is not one of {tuple(DTYPE_NAMES.values())}")
+    return DTYPE_NAMES[dtype]
+
+
+@dataclass(frozen=True)
+class PlanTable:
+    """A frozen plan table for one GPU.
+
+    Attributes:
+        meta: gpu, torch, triton, date and method (how the entries were made).
+        plans: dtype name → shape-class key → Plan.
+    """
+
+    meta: dict[str, str]
+    plans: dict[str, dict[str, Plan]]
+
+    def lookup(self, dtype: torch.dtype, cls: ShapeClass) -> Plan | None:
+        """The plan for a dtype and shape class, or None."""
+        return self.plans.get(dtype_name(dtype), {}).get(cls.key)
+
+
+REQUIRED_META = ("gpu", "torch", "triton", "date", "method")
+
+
+def load_table(path: str | Path) -> PlanTable:
+    """Read and validate a plan table.
+
+    Raises:
+        ValueError: If the file is not a valid table (the message names the path and the key).
+        OSError: If it cannot be read.
+    """
+    path = Path(path)
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or set(data) != {"meta", "plans"}:
+        raise ValueError(f"{path}: top level must have exactly 'meta' and 'plans'")
+    meta = data["meta"]
+    missing = [k for k in REQUIRED_META if k not in meta]
+    if missing:
+        raise ValueError(f"{path}: meta lacks {missing}")
+    plans: dict[str, dict[str, Plan]] = {}
+    for dtype, entries in data["plans"].items():
+        if dtype not in DTYPE_NAMES.values():
+            raise ValueError(f"{path}: plans.{dtype} is not one of {tuple(DTYPE_NAMES.values())}")
+        plans[dtype] = {}
+        for key, fields in entries.items():
+            try:
+                plans[dtype][key] = Plan.from_dict(fields)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{path}: plans.{dtype}.{key}: {exc}") from exc
+    return PlanTable(meta={k: str(v) for k, v in meta.items()}, plans=plans)
+
+
+def save_table(path: str | Path, table: PlanTable) -> None:
+    """Write a plan table as sorted, indented JSON (stable diffs).
+
+    Raises:
+        ValueError: If the metadata lacks a required key.
+    """
+    missing = [k for k in REQUIRED_META if k not in table.meta]
+    if missing:
+        raise ValueError(f"table meta lacks {missing}")
+    data = {
+        "meta": dict(table.meta),
+        "plans": {
+            dtype: {key: plan.to_dict() for key, plan in sorted(entries.items())}
+            for dtype, entries in sorted(table.plans.items())
+        },
+    }
+    Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@lru_cache(maxsize=8)
+def table_for_gpu(gpu_name: str) -> PlanTable | None:
+    """The frozen table whose name matches the GPU, or None if there is none."""
+    for tag, filename in TABLE_FILES.items():
+        if tag.lower() in gpu_name.lower():
+            path = PLANS_DIR / filename
+            return load_table(path) if path.exists() else None
+    return None
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def heuristic_plan(
+    info: DeviceInfo,
+    dtype: torch.dtype,
+    batch: int,
+    length: int,
+    channels: int,
+    dilation: int,
+) -> Plan:
+    """L2-footprint heuristic for a GPU without a table entry.
+
+    Derivation: the second pass over an example must find its data in L2, so the examples in
+    flight at once must fit in about half the L2 (the other half holds the outputs being written
+    and other traffic). The forward keeps x and ŷ of an example in flight, the backward x, dŷ and
+    dx. The GPU holds about ``sm_count × RESIDENT_PER_SM`` programs at once; dividing them among
+    the examples that fit gives the programs per example (``group``). A group never exceeds the
+    SM count, which keeps the per-example barrier deadlock-free (a whole group is always resident).
+    Tiles: full channel rows up to 128 channels (one coalesced row per tile line), 32 forward rows
+    and 16 backward rows (the backward holds about ten tiles live).
+
+    Args:
+        info: Device properties (`device_info`).
+        dtype: Input dtype.
+        batch, length, channels, dilation: The input's shape and the conv's dilation.
+
+    Returns:
+        A valid Plan.
+    """
+    elt = torch.empty((), dtype=dtype).element_size()
+    block_c = min(next_pow2(channels), 128)
+    example_bytes = length * channels * elt
+    slots = max(info.sm_count * RESIDENT_PER_SM, 1)
+    l2_half = info.l2_bytes // 2
+
+    def group(tensors: int, rows: int) -> int:
+        if l2_half <= 0:
+            return 1
+        in_flight = max(1, min(batch, l2_half // max(tensors * example_bytes, 1)))
+        tiles = -(-length // rows) * -(-channels // block_c)
+        return max(1, min(slots // in_flight, tiles, info.sm_count))
+
+    return Plan(
+        fwd_block_rows=32,
+        bwd_block_rows=16,
+        block_c=block_c,
+        fwd_num_warps=4,
+        bwd_num_warps=4,
+        fwd_group=group(2, 32),
+        bwd_group=group(3, 16),
+        num_stages=1,
+    )
+
+
+def plan_for(
+    device: torch.device | str,
+    dtype: torch.dtype,
+    batch: int,
+    length: int,
+    channels: int,
+    dilation: int,
+) -> Plan:
+    """The run-time plan: the GPU's table entry for the shape class, else `heuristic_plan`.
+
+    No autotuning happens here; the choice is a pure function of the device and the shape.
+
+    Args:
+        device: Where the kernels run.
+        dtype: Input dtype (fp32, bf16 or fp16).
+        batch, length, channels, dilation: The input's shape and the conv's dilation.
+
+    Raises:
+        ValueError: For an unsupported dtype or a size < 1.
+    """
+    info = device_info(torch.device(device))
+    cls = shape_class(batch, length, channels, dilation)
+    table = table_for_gpu(info.name) if info.name != "cpu" else None
+    hit = table.lookup(dtype, cls) if table is not None else None
+    if hit is not None:
+        return hit
+    dtype_name(dtype)
+    return heuristic_plan(info, dtype, batch, length, channels, dilation)
+
+
+__all__ = [
+    "DeviceInfo",
+    "Plan",
+    "PlanTable",
+    "ShapeClass",
+    "device_info",
+    "heuristic_plan",
+    "interpreting",
+    "load_table",
+    "plan_for",
+    "save_table",
+    "shape_class",
+]
