@@ -1,0 +1,556 @@
+"""Fused dilated depthwise conv + whole-example normalization in Triton, forward and backward.
+
+For x of shape (B, L, C), channels last, taps w of shape (C, 1, 3) and dilation d:
+
+    y[l, c]  = w[c,0]·x[l−d, c] + w[c,1]·x[l, c] + w[c,2]·x[l+d, c]   (x outside [0, L) is 0)
+    mean     = mean of y over the L·C values of the example
+    rstd     = 1 / sqrt(mean((y − mean)²) + eps)
+    yhat     = (y − mean)·rstd
+
+Backward, per example, with N = L·C and upstream gradient dyhat = ∂loss/∂yhat:
+
+    c1       = mean(yhat·dyhat),  c2 = mean(dyhat)
+    dy       = rstd·(dyhat − c1·yhat − c2)
+    dx[l]    = Σ_k w[:,k]·dy[l − (k−1)d]  =  w[:,0]·dy[l+d] + w[:,1]·dy[l] + w[:,2]·dy[l−d]
+    dw[c, k] = Σ_{b,l} dy[l, c]·x[l + (k−1)d, c]
+
+(dy is the gradient of the normalization: differentiate yhat = (y − mean)·rstd through mean and
+rstd, both functions of every y of the example; dx and dw are the conv's transpose.)
+
+Design, both directions: one launch, ``group`` programs per example. Each program takes a ticket
+from an atomic counter (so a group's members are always dispatched in order, which makes the
+barrier below deadlock-free whenever a group fits on the GPU at once), reduces the statistics of
+its tiles, publishes them, waits at a per-example barrier for the rest of its group, combines
+all partials in a fixed order, then makes a second pass over the same tiles. The example was
+just read, so the second pass hits L2 and DRAM sees x (and dyhat) once. Under the Triton
+interpreter programs run one after another, so the launcher uses one program per example and the
+barrier never waits.
+
+The backward recomputes yhat from x with the saved mean and rstd instead of reading a saved
+yhat: it needs x for dw anyway, so DRAM traffic is dyhat + x in and dx out.
+
+Tiles: rows of a tile are ``r + d·i`` for BLOCK_R consecutive residues r and BLOCK_P consecutive
+chain positions i, so a shift by ±d is a shift by one chain position inside the tile, and the
+three shifted loads mostly hit L1 for every dilation, not only small ones.
+
+Numerics: loads are converted to fp32; statistics are fp32 per-tile (count, shifted mean, M2)
+combined with Chan's parallel formula around a per-example shift K (the value of y at row 0,
+channel 0), so a large common offset does not cancel; mean and rstd are saved in fp32. The
+conv-tap gradient is reduced as per-program fp32 partial rows summed in a fixed order (no float
+atomics), so it is deterministic.
+
+References:
+    Chan, Golub, LeVeque, "Updating formulae and a pairwise algorithm for computing sample
+    variances" (1979). Triton tutorial 05 (layer norm) for the backward's c1/c2 form.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from reference.plans import Plan, device_info, interpreting, next_pow2, plan_for
+
+# Per-example offsets are int32 inside the kernels (the example base is int64).
+MAX_EXAMPLE_ELEMENTS = 2**31 - 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Tile helpers (shared by both directions)
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _tile_coords(
+    t,  # tile index within the example
+    n_cb,  # channel blocks per example
+    n_pb,  # chain-position blocks per example
+    L,  # length
+    C,  # channels
+    d,  # dilation
+    BLOCK_P: tl.constexpr,  # chain positions per tile
+    BLOCK_R: tl.constexpr,  # consecutive residues per tile
+    BLOCK_C: tl.constexpr,  # channels per tile
+):
+    """Rows, columns and their validity for tile t: rows r + d·i, r < d, row < L."""
+    cb = t % n_cb
+    rest = t // n_cb
+    pb = rest % n_pb
+    rb = rest // n_pb
+    k = tl.arange(0, BLOCK_P * BLOCK_R)
+    r = rb * BLOCK_R + k % BLOCK_R
+    rows = r + d * (pb * BLOCK_P + k // BLOCK_R)
+    row_ok = (r < d) & (rows < L)
+    cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+    col_ok = cols < C
+    return rows, row_ok, cols, col_ok
+
+
+@triton.jit
+def _load_rows(PTR, rows, row_ok, cols, col_ok, L, C):
+    """Load rows (any of them possibly outside [0, L)) as fp32, zero where out of range."""
+    ok = (row_ok & (rows >= 0) & (rows < L))[:, None] & col_ok[None, :]
+    return tl.load(PTR + rows[:, None] * C + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _load_taps(W, cols, col_ok):
+    """The three conv taps of each column as fp32 row vectors, shape (1, BLOCK_C)."""
+    w0 = tl.load(W + cols * 3 + 0, mask=col_ok, other=0.0).to(tl.float32)
+    w1 = tl.load(W + cols * 3 + 1, mask=col_ok, other=0.0).to(tl.float32)
+    w2 = tl.load(W + cols * 3 + 2, mask=col_ok, other=0.0).to(tl.float32)
+    return w0[None, :], w1[None, :], w2[None, :]
+
+
+@triton.jit
+def _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d):
+    """y = conv(x) on the tile's rows (fp32, zero on invalid rows and columns)."""
+    w0, w1, w2 = _load_taps(W, cols, col_ok)
+    x_m = _load_rows(X_b, rows - d, row_ok, cols, col_ok, L, C)
+    x_0 = _load_rows(X_b, rows, row_ok, cols, col_ok, L, C)
+    x_p = _load_rows(X_b, rows + d, row_ok, cols, col_ok, L, C)
+    return w0 * x_m + w1 * x_0 + w2 * x_p
+
+
+@triton.jit
+def _example_shift(X_b, W, L, C, d):
+    """K = y[0, 0] of the example: a value inside its range, so sums of y − K barely cancel."""
+    x_0 = tl.load(X_b).to(tl.float32)
+    x_p = tl.load(X_b + d * C, mask=d < L, other=0.0).to(tl.float32)
+    return tl.load(W + 1).to(tl.float32) * x_0 + tl.load(W + 2).to(tl.float32) * x_p
+
+
+@triton.jit
+def _group_barrier(ARRIVE, group):
+    """Count this program in and spin until all ``group`` programs of the example arrived.
+
+    Release on arrival publishes this program's partials; acquire while polling makes the
+    others' partials visible. Waits only on programs with earlier or later tickets of the same
+    example, all resident by the ticket order, so it cannot deadlock (see module docstring).
+    """
+    arrived = tl.atomic_add(ARRIVE, 1, sem="release", scope="gpu") + 1
+    while arrived < group:
+        arrived = tl.atomic_add(ARRIVE, 0, sem="acquire", scope="gpu")
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward kernel
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _conv_norm_fwd_kernel(
+    X,  # (B, L, C) input, contiguous
+    W,  # (C, 1, 3) taps, contiguous
+    YHAT,  # (B, L, C) output, x's dtype
+    MEAN,  # (B,) fp32 saved mean
+    RSTD,  # (B,) fp32 saved rstd
+    PART,  # (B·group, 3) fp32 partials: count, mean of y − K, M2
+    SYNC,  # (1 + B,) int32, zeroed: ticket counter, then one arrival counter per example
+    L,  # length
+    C,  # channels
+    d,  # dilation
+    eps,  # variance epsilon
+    n_tiles,  # tiles per example
+    n_cb,  # channel blocks per example
+    n_pb,  # chain-position blocks per example
+    group,  # programs per example
+    BLOCK_P: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_G: tl.constexpr,  # next_pow2(group)
+):
+    """conv → per-example mean/rstd → yhat, one group of programs per example."""
+    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
+    b = ticket // group
+    member = ticket % group
+    X_b = X + b * L * C
+    shift = _example_shift(X_b, W, L, C, d)
+
+    # Phase 1: Chan-combine (count, mean, M2) of y − K over this program's tiles.
+    n_a = 0.0
+    mean_a = 0.0
+    m2_a = 0.0
+    for t in range(member, n_tiles, group):
+        rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
+                                                  BLOCK_C)
+        ok = row_ok[:, None] & col_ok[None, :]
+        y = _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d)
+        n_b = tl.sum(ok.to(tl.float32))
+        mean_b = tl.sum(tl.where(ok, y - shift, 0.0)) / tl.maximum(n_b, 1.0)
+        m2_b = tl.sum(tl.where(ok, (y - shift - mean_b) * (y - shift - mean_b), 0.0))
+        n_ab = n_a + n_b
+        delta = mean_b - mean_a
+        mean_a += delta * n_b / tl.maximum(n_ab, 1.0)
+        m2_a += m2_b + delta * delta * n_a * n_b / tl.maximum(n_ab, 1.0)
+        n_a = n_ab
+    tl.store(PART + ticket * 3 + 0, n_a)
+    tl.store(PART + ticket * 3 + 1, mean_a)
+    tl.store(PART + ticket * 3 + 2, m2_a)
+    _group_barrier(SYNC + 1 + b, group)
+
+    # Combine the group's partials in member order (deterministic), around the same shift.
+    g = tl.arange(0, BLOCK_G)
+    P_b = PART + b * group * 3
+    n_i = tl.load(P_b + g * 3 + 0, mask=g < group, other=0.0, cache_modifier=".cg")
+    mean_i = tl.load(P_b + g * 3 + 1, mask=g < group, other=0.0, cache_modifier=".cg")
+    m2_i = tl.load(P_b + g * 3 + 2, mask=g < group, other=0.0, cache_modifier=".cg")
+    n = tl.sum(n_i)
+    mean_s = tl.sum(n_i * mean_i) / n
+    var = (tl.sum(m2_i) + tl.sum(n_i * (mean_i - mean_s) * (mean_i - mean_s))) / n
+    rstd = 1.0 / tl.sqrt(var + eps)
+    if member == 0:
+        tl.store(MEAN + b, shift + mean_s)
+        tl.store(RSTD + b, rstd)
+
+    # Phase 2: same tiles again (now in L2), normalize and write.
+    YHAT_b = YHAT + b * L * C
+    for t in range(member, n_tiles, group):
+        rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
+                                                  BLOCK_C)
+        ok = row_ok[:, None] & col_ok[None, :]
+        y = _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d)
+        yhat = ((y - shift) - mean_s) * rstd
+        tl.store(YHAT_b + rows[:, None] * C + cols[None, :],
+                 yhat.to(YHAT.dtype.element_ty), mask=ok)
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward kernel
+# ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _dy_rows(x_m, x_0, x_p, DYHAT_b, rows, row_ok, cols, col_ok, w0, w1, w2, mean, rstd, c1,
+             c2, L, C):
+    """dy on the given rows from x at rows−d, rows, rows+d; zero where rows is out of range."""
+    ok = (row_ok & (rows >= 0) & (rows < L))[:, None] & col_ok[None, :]
+    yhat = (w0 * x_m + w1 * x_0 + w2 * x_p - mean) * rstd
+    dyhat = tl.load(DYHAT_b + rows[:, None] * C + cols[None, :], mask=ok, other=0.0)
+    dy = rstd * (dyhat.to(tl.float32) - c1 * yhat - c2)
+    return tl.where(ok, dy, 0.0)
+
+
+@triton.jit
+def _conv_norm_bwd_kernel(
+    X,  # (B, L, C) forward input, contiguous
+    W,  # (C, 1, 3) taps
+    DYHAT,  # (B, L, C) upstream gradient, contiguous
+    RES,  # (B, L, C) gradient added to dx (only read if HAS_RES)
+    MEAN,  # (B,) fp32 saved mean
+    RSTD,  # (B,) fp32 saved rstd
+    DX,  # (B, L, C) output, x's dtype
+    DWPART,  # (B·group, 3, C) fp32 per-program partial dw (zeroed if SPLIT_C)
+    PART,  # (B·group, 2) fp32 partials: Σ yhat·dyhat, Σ dyhat
+    SYNC,  # (1 + B,) int32, zeroed
+    L,
+    C,
+    d,
+    n_tiles,
+    n_cb,
+    n_pb,
+    group,
+    HAS_RES: tl.constexpr,  # add RES into dx (fuses the residual branch's gradient)
+    SPLIT_C: tl.constexpr,  # channels span several blocks: accumulate dw per tile in memory
+    BLOCK_P: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+):
+    """c1, c2 per example → dy → dx and per-program dw partials, one group per example."""
+    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
+    b = ticket // group
+    member = ticket % group
+    X_b = X + b * L * C
+    DYHAT_b = DYHAT + b * L * C
+    mean = tl.load(MEAN + b)
+    rstd = tl.load(RSTD + b)
+
+    # Phase 1: Σ yhat·dyhat and Σ dyhat over this program's tiles (yhat recomputed from x).
+    s1 = 0.0
+    s2 = 0.0
+    for t in range(member, n_tiles, group):
+        rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
+                                                  BLOCK_C)
+        ok = row_ok[:, None] & col_ok[None, :]
+        y = _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d)
+        yhat = tl.where(ok, (y - mean) * rstd, 0.0)
+        dyhat = _load_rows(DYHAT_b, rows, row_ok, cols, col_ok, L, C)
+        s1 += tl.sum(yhat * dyhat)
+        s2 += tl.sum(dyhat)
+    tl.store(PART + ticket * 2 + 0, s1)
+    tl.store(PART + ticket * 2 + 1, s2)
+    _group_barrier(SYNC + 1 + b, group)
+
+    g = tl.arange(0, BLOCK_G)
+    P_b = PART + b * group * 2
+    n = L * C * 1.0  # fp32 count (L·C ≤ 2³¹)
+    c1 = tl.sum(tl.load(P_b + g * 2 + 0, mask=g < group, other=0.0, cache_modifier=".cg")) / n
+    c2 = tl.sum(tl.load(P_b + g * 2 + 1, mask=g < group, other=0.0, cache_modifier=".cg")) / n
+
+    # Phase 2: dy on rows−d, rows, rows+d (x on rows−2d … rows+2d), then dx and dw.
+    DX_b = DX + b * L * C
+    RES_b = RES + b * L * C
+    dw0 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    dw1 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    dw2 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+    for t in range(member, n_tiles, group):
+        rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
+                                                  BLOCK_C)
+        ok = row_ok[:, None] & col_ok[None, :]
+        w0, w1, w2 = _load_taps(W, cols, col_ok)
+        x_mm = _load_rows(X_b, rows - 2 * d, row_ok, cols, col_ok, L, C)
+        x_m = _load_rows(X_b, rows - d, row_ok, cols, col_ok, L, C)
+        x_0 = _load_rows(X_b, rows, row_ok, cols, col_ok, L, C)
+        x_p = _load_rows(X_b, rows + d, row_ok, cols, col_ok, L, C)
+        x_pp = _load_rows(X_b, rows + 2 * d, row_ok, cols, col_ok, L, C)
+        dy_m = _dy_rows(x_mm, x_m, x_0, DYHAT_b, rows - d, row_ok, cols, col_ok, w0, w1, w2,
+                        mean, rstd, c1, c2, L, C)
+        dy_0 = _dy_rows(x_m, x_0, x_p, DYHAT_b, rows, row_ok, cols, col_ok, w0, w1, w2,
+                        mean, rstd, c1, c2, L, C)
+        dy_p = _dy_rows(x_0, x_p, x_pp, DYHAT_b, rows + d, row_ok, cols, col_ok, w0, w1, w2,
+                        mean, rstd, c1, c2, L, C)
+        dx = w0 * dy_p + w1 * dy_0 + w2 * dy_m
+        offs = rows[:, None] * C + cols[None, :]
+        if HAS_RES:
+            dx += tl.load(RES_b + offs, mask=ok, other=0.0).to(tl.float32)
+        tl.store(DX_b + offs, dx.to(DX.dtype.element_ty), mask=ok)
+        if SPLIT_C:
+            # Only this program touches its partial row: a plain read-modify-write is race-free.
+            DW_t = DWPART + ticket * 3 * C + cols
+            tl.store(DW_t, tl.load(DW_t, mask=col_ok) + tl.sum(dy_0 * x_m, axis=0), mask=col_ok)
+            tl.store(DW_t + C, tl.load(DW_t + C, mask=col_ok) + tl.sum(dy_0 * x_0, axis=0),
+                     mask=col_ok)
+            tl.store(DW_t + 2 * C, tl.load(DW_t + 2 * C, mask=col_ok)
+                     + tl.sum(dy_0 * x_p, axis=0), mask=col_ok)
+        else:
+            dw0 += tl.sum(dy_0 * x_m, axis=0)
+            dw1 += tl.sum(dy_0 * x_0, axis=0)
+            dw2 += tl.sum(dy_0 * x_p, axis=0)
+    if not SPLIT_C:
+        cols = tl.arange(0, BLOCK_C)
+        DW_p = DWPART + ticket * 3 * C + cols
+        tl.store(DW_p, dw0, mask=cols < C)
+        tl.store(DW_p + C, dw1, mask=cols < C)
+        tl.store(DW_p + 2 * C, dw2, mask=cols < C)
+
+
+# ----------------------------------------------------------------------------------------------
+# Host launchers
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_inputs(x: torch.Tensor, weight: torch.Tensor, dilation: int) -> None:
+    """Validate shapes, dtypes and devices; raise ValueError naming both values."""
+    if x.dim() != 3:
+        raise ValueError(f"x must be (batch, length, channels), got x.dim()={x.dim()}")
+    channels = x.shape[2]
+    if tuple(weight.shape) != (channels, 1, 3):
+        raise ValueError(
+            f"weight.shape={tuple(weight.shape)} must be (channels, 1, 3)=({channels}, 1, 3)"
+        )
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"x.dtype={x.dtype} must be float32, bfloat16 or float16")
+    if weight.device != x.device:
+        raise ValueError(f"weight.device={weight.device} must match x.device={x.device}")
+    if dilation < 1:
+        raise ValueError(f"dilation={dilation} must be ≥ 1")
+    if min(x.shape) < 1:
+        raise ValueError(f"x.shape={tuple(x.shape)} must have every size ≥ 1")
+    if x.shape[1] * channels > MAX_EXAMPLE_ELEMENTS:
+        raise ValueError(
+            f"length×channels={x.shape[1] * channels} exceeds "
+            f"MAX_EXAMPLE_ELEMENTS={MAX_EXAMPLE_ELEMENTS} (int32 in-example offsets)"
+        )
+    if x.device.type != "cuda" and not interpreting():
+        raise ValueError(
+            f"x.device={x.device}: the Triton kernels need a CUDA tensor, or TRITON_INTERPRET=1 "
+            "set before importing reference (CPU interpreter)"
+        )
+
+
+def _tiling(length: int, channels: int, dilation: int, block_rows: int,
+            block_c: int) -> dict[str, int]:
+    """Split a tile of block_rows rows into BLOCK_P chain positions × BLOCK_R residues.
+
+    Chain positions come first (a ±d shift stays inside the tile); residues fill the rest only
+    when chains are short (d close to or beyond L), so tiles are never mostly masked.
+    """
+    chain = -(-length // dilation)  # positions on the longest chain r, r+d, r+2d, … < L
+    residues = min(dilation, length)
+    block_p = min(block_rows, next_pow2(chain))
+    block_r = min(block_rows // block_p, next_pow2(residues))
+    block_c = min(block_c, next_pow2(channels))
+    n_cb = -(-channels // block_c)
+    n_pb = -(-chain // block_p)
+    n_rb = -(-residues // block_r)
+    return {
+        "BLOCK_P": block_p,
+        "BLOCK_R": block_r,
+        "BLOCK_C": block_c,
+        "n_cb": n_cb,
+        "n_pb": n_pb,
+        "n_tiles": n_cb * n_pb * n_rb,
+    }
+
+
+def _group_size(requested: int, n_tiles: int, device: torch.device) -> int:
+    """Clamp programs per example: ≤ tiles, ≤ SM count (barrier safety), 1 when interpreted."""
+    if interpreting():
+        return 1
+    return max(1, min(requested, n_tiles, device_info(device).sm_count))
+
+
+def _resolve_plan(plan: Plan | None, x: torch.Tensor, dilation: int) -> Plan:
+    if plan is not None:
+        return plan
+    batch, length, channels = x.shape
+    return plan_for(x.device, x.dtype, batch, length, channels, dilation)
+
+
+def conv_norm_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    dilation: int,
+    eps: float,
+    plan: Plan | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel.
+
+    Args:
+        x: (B, L, C) input, fp32/bf16/fp16.
+        weight: (C, 1, 3) conv taps.
+        dilation: Tap spacing d ≥ 1.
+        eps: Variance epsilon.
+        plan: Launch parameters; None picks `plan_for`'s.
+
+    Returns:
+        (yhat in x's dtype, mean (B,) fp32, rstd (B,) fp32).
+
+    Raises:
+        ValueError: On mismatched shapes, dtypes or devices, or an unsupported size.
+    """
+    _check_inputs(x, weight, dilation)
+    plan = _resolve_plan(plan, x, dilation)
+    x = x.contiguous()
+    weight = weight.contiguous()
+    batch, length, channels = x.shape
+    tiling = _tiling(length, channels, dilation, plan.fwd_block_rows, plan.block_c)
+    group = _group_size(plan.fwd_group, tiling["n_tiles"], x.device)
+    yhat = torch.empty_like(x)
+    mean = torch.empty(batch, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(batch, dtype=torch.float32, device=x.device)
+    part = torch.empty((batch * group, 3), dtype=torch.float32, device=x.device)
+    sync = torch.zeros(1 + batch, dtype=torch.int32, device=x.device)
+    _conv_norm_fwd_kernel[(batch * group,)](
+        x, weight, yhat, mean, rstd, part, sync,
+        length, channels, dilation, eps,
+        tiling["n_tiles"], tiling["n_cb"], tiling["n_pb"], group,
+        BLOCK_P=tiling["BLOCK_P"], BLOCK_R=tiling["BLOCK_R"], BLOCK_C=tiling["BLOCK_C"],
+        BLOCK_G=next_pow2(group),
+        num_warps=plan.fwd_num_warps, num_stages=plan.num_stages,
+    )
+    return yhat, mean, rstd
+
+
+def conv_norm_backward(
+    dyhat: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+    dilation: int,
+    plan: Plan | None = None,
+    residual_grad: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the backward kernel and reduce the conv-tap gradient.
+
+    Args:
+        dyhat: (B, L, C) gradient of yhat.
+        x: (B, L, C) forward input.
+        weight: (C, 1, 3) conv taps.
+        mean: (B,) fp32 from the forward.
+        rstd: (B,) fp32 from the forward.
+        dilation: Tap spacing d ≥ 1.
+        plan: Launch parameters; None picks `plan_for`'s.
+        residual_grad: Optional (B, L, C) gradient added into dx inside the kernel.
+
+    Returns:
+        (dx in x's dtype, dw of shape (C, 1, 3) in weight's dtype).
+
+    Raises:
+        ValueError: On mismatched shapes, dtypes or devices, or an unsupported size.
+    """
+    _check_inputs(x, weight, dilation)
+    if dyhat.shape != x.shape:
+        raise ValueError(f"dyhat.shape={tuple(dyhat.shape)} must equal x.shape={tuple(x.shape)}")
+    if residual_grad is not None and residual_grad.shape != x.shape:
+        raise ValueError(
+            f"residual_grad.shape={tuple(residual_grad.shape)} must equal x.shape={tuple(x.shape)}"
+        )
+    plan = _resolve_plan(plan, x, dilation)
+    x = x.contiguous()
+    dyhat = dyhat.contiguous()
+    weight = weight.contiguous()
+    res = residual_grad.contiguous() if residual_grad is not None else dyhat
+    batch, length, channels = x.shape
+    tiling = _tiling(length, channels, dilation, plan.bwd_block_rows, plan.block_c)
+    group = _group_size(plan.bwd_group, tiling["n_tiles"], x.device)
+    split_c = tiling["n_cb"] > 1
+    dx = torch.empty_like(x)
+    alloc = torch.zeros if split_c else torch.empty
+    dw_part = alloc((batch * group, 3, channels), dtype=torch.float32, device=x.device)
+    part = torch.empty((batch * group, 2), dtype=torch.float32, device=x.device)
+    sync = torch.zeros(1 + batch, dtype=torch.int32, device=x.device)
+    _conv_norm_bwd_kernel[(batch * group,)](
+        x, weight, dyhat, res, mean, rstd, dx, dw_part, part, sync,
+        length, channels, dilation,
+        tiling["n_tiles"], tiling["n_cb"], tiling["n_pb"], group,
+        HAS_RES=residual_grad is not None, SPLIT_C=split_c,
+        BLOCK_P=tiling["BLOCK_P"], BLOCK_R=tiling["BLOCK_R"], BLOCK_C=tiling["BLOCK_C"],
+        BLOCK_G=next_pow2(group),
+        num_warps=plan.bwd_num_warps, num_stages=plan.num_stages,
+    )
+    # Fixed-order fp32 sum over programs: deterministic (torch's reductions use no atomics).
+    dw = dw_part.sum(dim=0).t().reshape(channels, 1, 3).to(weight.dtype)
+    return dx, dw
+
+
+# ----------------------------------------------------------------------------------------------
+# autograd.Function
+# ----------------------------------------------------------------------------------------------
+
+
+class ConvNormFunction(torch.autograd.Function):
+    """yhat = norm(conv(x, weight)) with the Triton kernels above in both directions."""
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        dilation: int,
+        eps: float,
+        plan: Plan | None = None,
+    ) -> torch.Tensor:
+        yhat, mean, rstd = conv_norm_forward(x, weight, dilation, eps, plan)
+        if any(ctx.needs_input_grad[:2]):
+            ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.dilation = dilation
+        ctx.plan = plan
+        return yhat
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, dyhat: torch.Tensor
+    ) -> tuple[torch.Tensor | None, ...]:
+        x, weight, mean, rstd = ctx.saved_tensors
+        dx, dw = conv_norm_backward(dyhat, x, weight, mean, rstd, ctx.dilation, ctx.plan)
+        # One entry per forward argument: x, weight, dilation, eps, plan.
+        return dx, dw, None, None, None
+
+
+conv_norm = ConvNormFunction.apply
+
+__all__ = ["ConvNormFunction", "conv_norm", "conv_norm_backward", "conv_norm_forward"]
