@@ -73,12 +73,14 @@ class Budget:
     """Error budgets of one dtype (SPEC §3).
 
     The forward check is elementwise ``|out − ref| ≤ forward_atol + forward_rtol·|ref|``; each
-    gradient's check is ``‖Δ‖₂ / ‖ref‖₂ ≤ grad_rel``. Utilisation is error over budget.
+    gradient's check is ``‖Δ‖₂ / ‖ref‖₂ ≤ grad_rel``; the drift check compares each parameter's
+    change over the SGD steps the same way against ``drift_rel``. Utilisation is error over budget.
     """
 
     forward_atol: float
     forward_rtol: float
     grad_rel: float
+    drift_rel: float
     calibration: str = ""
 
     def __post_init__(self) -> None:
@@ -86,6 +88,7 @@ class Budget:
         if self.forward_rtol < 0:
             _invalid("forward_rtol", f"must be ≥ 0, got {self.forward_rtol!r}")
         _positive("grad_rel", self.grad_rel)
+        _positive("drift_rel", self.drift_rel)
 
 
 @dataclass(frozen=True)

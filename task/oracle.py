@@ -133,3 +133,44 @@ def oracle_step(
         [(dy * _shift(x, (k - 1) * dilation)).sum(dim=(0, 1)) for k in range(3)], dim=1
     ).reshape(-1, 1, 3)
     return OracleResult(out, grad_x, grad_conv, grad_fc1, grad_fc2)
+
+
+def oracle_sgd(
+    x: torch.Tensor,
+    params: dict[str, torch.Tensor],
+    grad_out: torch.Tensor,
+    *,
+    steps: int,
+    lr: float,
+    dilation: int,
+    eps: float,
+    residual_scale: float,
+) -> dict[str, torch.Tensor]:
+    """The parameters after ``steps`` plain SGD steps ``p ← p − lr·∂L/∂p`` on fixed inputs.
+
+    Gradients are the fp64 oracle's; after each step the parameters are rounded to their own dtype,
+    as a block stored in that dtype rounds them. Without that rounding a bf16 block would be
+    compared against updates it cannot represent, and its drift would measure bf16's resolution
+    rather than its gradients.
+
+    Args:
+        x: (B, L, C) input, fed unchanged at every step.
+        params: The starting ``conv.weight``, ``fc1.weight``, ``fc2.weight`` (not modified).
+        grad_out: (B, L, C) upstream gradient at every step.
+        steps: Number of steps.
+        lr: Learning rate.
+        dilation, eps, residual_scale: The block's constructor arguments.
+
+    Returns:
+        The final parameters, in fp64, holding values representable in each parameter's dtype.
+    """
+    dtypes = {k: v.dtype for k, v in params.items()}
+    current = {k: v.detach().to(torch.float64) for k, v in params.items()}
+    for _ in range(steps):
+        ref = oracle_step(x, current["conv.weight"], current["fc1.weight"], current["fc2.weight"],
+                          grad_out, dilation=dilation, eps=eps, residual_scale=residual_scale)
+        grads = {"conv.weight": ref.grad_conv, "fc1.weight": ref.grad_fc1,
+                 "fc2.weight": ref.grad_fc2}
+        current = {k: (current[k] - lr * grads[k]).to(dtypes[k]).to(torch.float64)
+                   for k in current}
+    return current
