@@ -259,10 +259,15 @@ def _tail(path: Path) -> str:
 class _Channel:
     """Line-buffered JSON reader of the child's result pipe; bad lines are dropped, not fatal."""
 
-    def __init__(self, on_message: Callable[[dict[str, Any]], None] | None) -> None:
+    def __init__(
+        self,
+        on_message: Callable[[dict[str, Any]], str | None] | None,
+        reply: Callable[[str], None],
+    ) -> None:
         self.buffer = b""
         self.messages: list[dict[str, Any]] = []
         self.on_message = on_message
+        self.reply = reply
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
@@ -279,7 +284,9 @@ class _Channel:
             if isinstance(message, dict):
                 self.messages.append(message)
                 if self.on_message is not None:
-                    self.on_message(message)
+                    answer = self.on_message(message)
+                    if answer is not None:
+                        self.reply(answer)
 
 
 def run_child(
@@ -288,7 +295,7 @@ def run_child(
     args: Sequence[str],
     limits: ChildLimits,
     env_extra: Mapping[str, str] | None = None,
-    on_message: Callable[[dict[str, Any]], None] | None = None,
+    on_message: Callable[[dict[str, Any]], str | None] | None = None,
     *,
     python: str = sys.executable,
     python_flags: Sequence[str] = ("-I",),
@@ -305,7 +312,9 @@ def run_child(
         limits: Wall time, memory, tasks, open files.
         env_extra: Variables added to the scrubbed environment (``CUDA_VISIBLE_DEVICES``,
             ``TRITON_INTERPRET``...).
-        on_message: Called in the parent for every channel message as it arrives (progress).
+        on_message: Called in the parent for every channel message as it arrives (progress);
+            a string it returns is written to the child's stdin (a reply; the child may read
+            its stdin as a command channel).
         python: Interpreter to run.
         python_flags: Interpreter flags.
 
@@ -324,7 +333,7 @@ def run_child(
                 [python, *python_flags, str(entry_script), *args],
                 cwd=workdir,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=err,
                 pass_fds=(write_fd,),
@@ -344,7 +353,13 @@ def run_child(
             os.close(write_fd)
 
     _become_subreaper()
-    channel = _Channel(on_message)
+    def reply(text: str) -> None:
+        # A child that stopped reading (or died) must not stop the parent.
+        with contextlib.suppress(OSError, ValueError):
+            proc.stdin.write(text.encode())
+            proc.stdin.flush()
+
+    channel = _Channel(on_message, reply)
     seen: set[int] = {proc.pid}
     selector = selectors.DefaultSelector()
     os.set_blocking(read_fd, False)
@@ -418,6 +433,8 @@ def run_child(
     finally:
         selector.close()
         os.close(read_fd)
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
     wall = time.monotonic() - start
 
     code = proc.returncode

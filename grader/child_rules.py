@@ -1,0 +1,520 @@
+"""Run-time rule checks of SPEC §2, for use *inside* a child process that runs submission code.
+
+A child harness (``grader/child_gate.py``, the timing harness) builds one `Guard` before it imports
+the submission, and wraps every call into submission code in ``guard.phase(name)``. The guard:
+
+- installs an audit hook (``sys.addaudithook``: it cannot be removed) that records any ``open``,
+  ``import`` or directory listing of a path under the grader's or the reference's directories
+  (path-based: a copy of the reference *inside* the submission is the submission's own code), any
+  read of another process's ``/proc/<pid>``, and any new process (``os.fork``, ``os.system``,
+  ``subprocess.Popen``, ``os.posix_spawn``, ``os.exec*``) not started by Triton's compiler;
+- snapshots global torch state (TF32 and cuDNN flags, default dtype and device, matmul precision,
+  deterministic mode, grad mode, RNG states...) and the identity of every callable attribute of
+  the modules and classes a submission could patch (torch, torch.Tensor, torch.nn.functional,
+  torch.autograd, torch.cuda, triton, time...), and compares both after every phase;
+- logs the aten ops of every phase with a ``TorchDispatchMode`` and flags PyTorch convolution,
+  normalization and variance ops, and reductions over the whole activation;
+- counts Triton launches per phase, by kernel and the file that defines it (wrapping
+  ``JITFunction.run`` / ``InterpretedFunction.run`` and, on a GPU, Triton's launch hook);
+- flags new Python threads, new native threads, new modules of Dynamo/Inductor, and TorchScript
+  or FX modules.
+
+This is tamper-*evident*, not tamper-proof: the submission shares the interpreter and could undo
+a check it knows of. What cannot be forged is decided in the parent (correctness, from files);
+these checks catch everything that is not deliberate evasion of the checker itself, and the
+static scan (``grader/static_scan.py``) flags the constructs such evasion needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+import triton.runtime.interpreter as triton_interpreter
+import triton.runtime.jit as triton_jit
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+# aten ops (overload packet names) that are PyTorch convolutions, normalizations or variances.
+FORBIDDEN_OPS = frozenset(
+    {
+        "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc",
+        "convolution_backward", "_convolution_double_backward", "convolution_overrideable",
+        "cudnn_convolution", "cudnn_convolution_transpose", "mkldnn_convolution",
+        "miopen_convolution", "miopen_depthwise_convolution", "_conv_depthwise2d",
+        "conv_depthwise3d", "slow_conv_dilated2d", "slow_conv_dilated3d", "_slow_conv2d_forward",
+        "_slow_conv2d_backward", "slow_conv3d_forward", "thnn_conv2d",
+        "_nnpack_spatial_convolution",
+        "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+        "var", "var_mean", "std", "std_mean",
+        "layer_norm", "native_layer_norm", "native_layer_norm_backward",
+        "group_norm", "native_group_norm", "native_group_norm_backward",
+        "batch_norm", "native_batch_norm", "native_batch_norm_backward", "_batch_norm_impl_index",
+        "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+        "_batch_norm_with_update", "batch_norm_backward", "cudnn_batch_norm",
+        "cudnn_batch_norm_backward", "miopen_batch_norm", "instance_norm", "rms_norm",
+        "_fused_rms_norm", "_fused_rms_norm_backward",
+    }
+)  # fmt: skip
+
+# Reductions that, over a tensor as large as the block's activation, are a normalization (or
+# its backward) done in PyTorch. The MLP needs none: its weight gradients are matmuls.
+REDUCTION_OPS = frozenset(
+    {"sum", "mean", "nansum", "nanmean", "prod", "norm", "linalg_vector_norm", "logsumexp",
+     "cumsum", "amax", "amin", "aminmax", "max", "min", "var", "std", "var_mean", "std_mean"}
+)  # fmt: skip
+
+# Modules whose appearance means Dynamo/Inductor (torch.compile) ran in this process.
+COMPILER_MODULES = ("torch._dynamo", "torch._inductor")
+
+_PROCESS_EVENTS = frozenset(
+    {"os.fork", "os.forkpty", "os.system", "os.posix_spawn", "os.spawn", "os.exec",
+     "subprocess.Popen", "pty.spawn"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One rule broken at run time.
+
+    Attributes:
+        rule: Stable identifier (see the ``rule=`` values in this module).
+        phase: Where it was seen (``load``, ``forward:<case>``...).
+        message: What was seen, with values.
+    """
+
+    rule: str
+    phase: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One Triton kernel launch: the kernel's name and the file that defines it."""
+
+    name: str
+    file: str
+
+
+@dataclass
+class PhaseRecord:
+    """What one phase did: its aten ops (name, size of the first tensor) and Triton launches."""
+
+    name: str
+    ops: list[tuple[str, int]] = field(default_factory=list)
+    launches: list[Launch] = field(default_factory=list)
+
+
+def _realpath(path: Any) -> str | None:
+    try:
+        if isinstance(path, int):
+            return None
+        return os.path.realpath(os.fsdecode(path))
+    except (TypeError, ValueError, OSError):
+        return None
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
+class _OpLog(TorchDispatchMode):
+    """Records every aten op that runs while active, and runs it unchanged."""
+
+    def __init__(self, sink: list[tuple[str, int]]) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: A002
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        self.sink.append((func._overloadpacket.__name__, first.numel() if first is not None else 0))
+        return func(*args, **(kwargs or {}))
+
+
+def _state() -> dict[str, str]:
+    """Global torch state a submission must leave alone, as comparable strings."""
+    state: dict[str, Any] = {
+        "default_dtype": torch.get_default_dtype(),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "grad_enabled": torch.is_grad_enabled(),
+        "inference_mode": torch.is_inference_mode_enabled(),
+        "anomaly_mode": torch.is_anomaly_enabled(),
+        "num_threads": torch.get_num_threads(),
+        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cuda.matmul.allow_fp16_reduced": (
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        ),
+        "cuda.matmul.allow_bf16_reduced": (
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        ),
+        "cudnn.enabled": torch.backends.cudnn.enabled,
+        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "cpu_rng": hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()[:16],
+    }
+    with contextlib.suppress(AttributeError):
+        state["default_device"] = torch.get_default_device()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng = torch.cuda.get_rng_state().numpy().tobytes()
+        state["cuda_rng"] = hashlib.sha256(rng).hexdigest()[:16]
+    return {k: repr(v) for k, v in state.items()}
+
+
+def _watched_objects() -> dict[str, Any]:
+    """Modules and classes whose callable attributes a submission must not replace."""
+    import builtins
+    import time
+
+    import torch.nn.functional as F
+
+    watched: dict[str, Any] = {
+        "builtins": builtins,
+        "time": time,
+        "threading": threading,
+        "os": os,
+        "sys": sys,
+        "torch": torch,
+        "torch.Tensor": torch.Tensor,
+        "torch._C._TensorBase": torch._C.TensorBase,
+        "torch.nn.functional": F,
+        "torch.nn.Module": torch.nn.Module,
+        "torch.nn.Conv1d": torch.nn.Conv1d,
+        "torch.nn.Linear": torch.nn.Linear,
+        "torch.autograd": torch.autograd,
+        "torch.autograd.Function": torch.autograd.Function,
+        "torch.autograd.function": torch.autograd.function,
+        "torch.cuda": torch.cuda,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.backends.cuda": torch.backends.cuda,
+        "torch.backends.cudnn": torch.backends.cudnn,
+        "torch.random": torch.random,
+        "torch.serialization": torch.serialization,
+        "torch.utils._python_dispatch": sys.modules["torch.utils._python_dispatch"],
+        "triton": triton,
+        "triton.language": triton.language,
+        "triton.runtime.jit": triton_jit,
+        "triton.runtime.jit.JITFunction": triton_jit.JITFunction,
+        "triton.runtime.interpreter": triton_interpreter,
+        "triton.runtime.interpreter.InterpretedFunction": triton_interpreter.InterpretedFunction,
+    }
+    return watched
+
+
+def _identities(watched: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """id() of every callable, class or module attribute of the watched objects."""
+    out: dict[tuple[str, str], int] = {}
+    for owner, obj in watched.items():
+        try:
+            items = list(vars(obj).items())
+        except TypeError:
+            continue
+        for name, value in items:
+            if callable(value) or isinstance(value, type | types.ModuleType | property):
+                out[(owner, name)] = id(value)
+    return out
+
+
+def _native_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+class Guard:
+    """The run-time rule checks of one child process (see the module docstring).
+
+    Args:
+        submission_dir: The child's copy of the submitted tree.
+        forbidden_dirs: Directories the submission must not read (the grader's, the reference's).
+        on_finding: Called with each new finding as it is seen (e.g. to send it to the parent).
+    """
+
+    def __init__(
+        self,
+        submission_dir: Path,
+        forbidden_dirs: tuple[Path, ...],
+        on_finding: Any = None,
+    ) -> None:
+        self.submission_dir = os.path.realpath(submission_dir)
+        self.forbidden = tuple(os.path.realpath(d) for d in forbidden_dirs)
+        self.triton_dir = os.path.realpath(os.path.dirname(triton.__file__))
+        self.findings: list[Finding] = []
+        self.on_finding = on_finding
+        self.phase_name = "load"
+        self._record: PhaseRecord | None = None
+        self._trusted = 0
+        self._in_hook = False
+        self._kernel_files: dict[str, str] = {}
+        self._installed = False
+
+    # ------------------------------------------------------------------ setup
+
+    def install(self) -> None:
+        """Wrap Triton, add the audit hook and take the baselines. Call once, before the import
+        of any submission code, after the harness has imported all it needs and warmed up."""
+        if self._installed:
+            raise RuntimeError("Guard.install() was already called")
+        self._installed = True
+        self._wrap_triton()
+        sys.addaudithook(self._audit)
+        self.baseline_state = _state()
+        self.watched = _watched_objects()
+        self.baseline_ids = _identities(self.watched)
+        self.baseline_modules = set(sys.modules)
+        self.baseline_threads = {t.ident for t in threading.enumerate()}
+        self.baseline_native = _native_threads()
+
+    def _wrap_triton(self) -> None:
+        guard = self
+
+        def note_kernel(fn: Any) -> None:
+            code = getattr(getattr(fn, "fn", None), "__code__", None)
+            name = getattr(getattr(fn, "fn", None), "__name__", None)
+            if code is not None and name is not None:
+                guard._kernel_files.setdefault(name, os.path.realpath(code.co_filename))
+
+        for cls in (triton_jit.JITFunction, triton_interpreter.InterpretedFunction):
+            original_init, original_run = cls.__init__, cls.run
+
+            def init(self: Any, *args: Any, _orig: Any = original_init, **kwargs: Any) -> None:
+                _orig(self, *args, **kwargs)
+                note_kernel(self)
+
+            def run(self: Any, *args: Any, _orig: Any = original_run, **kwargs: Any) -> Any:
+                if not kwargs.get("warmup", False) and guard._record is not None:
+                    note_kernel(self)
+                    name = self.fn.__name__
+                    guard._record.launches.append(Launch(name, guard._kernel_files.get(name, "?")))
+                    guard._via_run = True
+                return _orig(self, *args, **kwargs)
+
+            cls.__init__, cls.run = init, run
+
+        # On a GPU, Triton's launcher calls this hook for every launch, also for a precompiled
+        # kernel launched without JITFunction.run (``kernel.warmup(...)[grid](...)``) and for
+        # kernels that Inductor generated. Launches already counted by run() are skipped.
+        def enter(metadata: Any) -> None:
+            if guard._record is None:
+                return
+            if getattr(guard, "_via_run", False):
+                guard._via_run = False
+                return
+            name = str(metadata.get().get("name", "?")) if metadata is not None else "?"
+            guard._record.launches.append(Launch(name, guard._kernel_files.get(name, "?")))
+
+        with contextlib.suppress(AttributeError):
+            triton.knobs.runtime.launch_enter_hook.add(enter)
+
+    # ------------------------------------------------------------------ audit hook
+
+    def _add(self, rule: str, message: str) -> None:
+        finding = Finding(rule, self.phase_name, message)
+        if finding in self.findings:
+            return
+        self.findings.append(finding)
+        if self.on_finding is not None:
+            with self.trusted():
+                self.on_finding(finding)
+
+    @contextlib.contextmanager
+    def trusted(self) -> Iterator[None]:
+        """Harness code that reads its own files (tracebacks) runs inside this."""
+        self._trusted += 1
+        try:
+            yield
+        finally:
+            self._trusted -= 1
+
+    def _audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if self._trusted or self._in_hook:
+            return
+        if event in ("open", "os.listdir", "os.scandir", "import", "os.chdir"):
+            path = args[1] if event == "import" and len(args) > 1 else (args[0] if args else None)
+            if path is None:
+                return
+            self._in_hook = True
+            try:
+                self._check_path(event, path)
+            finally:
+                self._in_hook = False
+        elif event in _PROCESS_EVENTS:
+            self._in_hook = True
+            try:
+                if not self._started_by_triton():
+                    self._add("new-process", f"{event} {_short(args)}")
+            finally:
+                self._in_hook = False
+
+    def _check_path(self, event: str, path: Any) -> None:
+        real = _realpath(path)
+        if real is None:
+            return
+        for root in self.forbidden:
+            if _under(real, root):
+                self._add("reads-grader", f"{event} of {real}, which is under {root}")
+                return
+        if real.startswith("/proc/"):
+            pid = real.split("/")[2]
+            if pid.isdigit() and int(pid) != os.getpid():
+                self._add("reads-other-process", f"{event} of {real}")
+
+    def _started_by_triton(self) -> bool:
+        """True when the nearest caller outside subprocess/os is Triton's own compiler."""
+        frame = sys._getframe(2)
+        skip = (os.path.dirname(os.__file__),)
+        while frame is not None:
+            filename = os.path.realpath(frame.f_code.co_filename)
+            if filename == os.path.realpath(__file__) or (
+                _under(filename, skip[0]) and "site-packages" not in filename
+            ):
+                frame = frame.f_back
+                continue
+            return _under(filename, self.triton_dir)
+        return False
+
+    # ------------------------------------------------------------------ phases
+
+    @contextlib.contextmanager
+    def phase(self, name: str, *, log_ops: bool = True) -> Iterator[PhaseRecord]:
+        """Run submission code as phase ``name``; afterwards compare state, identities, threads
+        and modules with the baselines. Findings go to ``self.findings``."""
+        record = PhaseRecord(name)
+        self.phase_name = name
+        self._record = record
+        self._via_run = False
+        mode = _OpLog(record.ops) if log_ops else contextlib.nullcontext()
+        try:
+            with mode:
+                yield record
+                if log_ops and _get_current_dispatch_mode() is not mode:
+                    self._add("dispatch-mode", "the grader's op log was not the active mode")
+        finally:
+            self._record = None
+            self.check_after(name)
+
+    def check_after(self, name: str) -> None:
+        """Compare global state, patched attributes, threads and compiler modules to baselines."""
+        self.phase_name = name
+        state = _state()
+        for key, before in self.baseline_state.items():
+            after = state.get(key)
+            if after != before:
+                self._add("global-state", f"{key} changed from {before} to {after}")
+        ids = _identities(self.watched)
+        for key, before in self.baseline_ids.items():
+            after = ids.get(key)
+            if after != before:
+                owner, attr = key
+                what = "removed" if after is None else "replaced"
+                self._add("patched-module", f"{owner}.{attr} was {what}")
+        for owner in ("torch.Tensor", "torch.nn.Module", "torch.autograd.Function"):
+            before = {a for o, a in self.baseline_ids if o == owner}
+            added = {a for o, a in ids if o == owner} - before
+            for attr in sorted(added):
+                self._add("patched-module", f"{owner}.{attr} was added")
+        for t in threading.enumerate():
+            if t.ident not in self.baseline_threads and t.is_alive():
+                self._add("new-thread", f"Python thread {t.name!r} is running")
+        native = _native_threads()
+        if native > self.baseline_native:
+            self._add(
+                "new-thread", f"{native} native threads, {self.baseline_native} before the import"
+            )
+        for module in COMPILER_MODULES:
+            if module in sys.modules and module not in self.baseline_modules:
+                self._add("compiler", f"{module} was imported (torch.compile / Dynamo / Inductor)")
+
+    # ------------------------------------------------------------------ per-call checks
+
+    def check_ops(self, record: PhaseRecord, activation_numel: int) -> None:
+        """Flag PyTorch conv/norm/variance ops, and reductions over the whole activation."""
+        for op, numel in record.ops:
+            if op in FORBIDDEN_OPS:
+                self._add("torch-op-on-path", f"aten.{op} ran in {record.name}")
+            elif op in REDUCTION_OPS and numel == activation_numel and activation_numel >= 256:
+                self._add(
+                    "torch-op-on-path",
+                    f"aten.{op} reduced a tensor of {numel} elements (the whole activation) in "
+                    f"{record.name}: the normalization must run in Triton",
+                )
+
+    def check_launches(self, record: PhaseRecord) -> None:
+        """Require a Triton kernel of the submission's own files, and no foreign kernels."""
+        own = [k for k in record.launches if _under(k.file, self.submission_dir)]
+        foreign = [k for k in record.launches if not _under(k.file, self.submission_dir)]
+        if not own:
+            self._add(
+                "no-triton-kernel",
+                f"no Triton kernel defined in the submission was launched in {record.name}",
+            )
+        for k in foreign:
+            self._add(
+                "foreign-triton-kernel",
+                f"Triton kernel {k.name!r} from {k.file} (not the submission's files) ran in "
+                f"{record.name}",
+            )
+
+    def check_autograd(self, out: torch.Tensor, x: torch.Tensor, block: torch.nn.Module) -> None:
+        """The conv (x and conv.weight) must feed a custom ``autograd.Function`` directly."""
+        conv_weight = dict(block.named_parameters()).get("conv.weight")
+        consumers: dict[str, list[Any]] = {"x": [], "conv.weight": []}
+        targets = {id(x): "x"}
+        if conv_weight is not None:
+            targets[id(conv_weight)] = "conv.weight"
+        seen: set[int] = set()
+        todo = [out.grad_fn] if out.grad_fn is not None else []
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            for child, _ in node.next_functions:
+                if child is None:
+                    continue
+                variable = getattr(child, "variable", None)
+                if variable is not None and id(variable) in targets:
+                    consumers[targets[id(variable)]].append(node)
+                todo.append(child)
+        custom = torch.autograd.function.BackwardCFunction
+        if not any(isinstance(n, custom) for n in consumers["x"]):
+            names = sorted({type(n).__name__ for n in consumers["x"]}) or ["nothing"]
+            self._add(
+                "no-autograd-function",
+                f"the input feeds {names}, no custom torch.autograd.Function",
+            )
+        bad = [type(n).__name__ for n in consumers["conv.weight"] if not isinstance(n, custom)]
+        if bad or not consumers["conv.weight"]:
+            self._add(
+                "no-autograd-function",
+                f"conv.weight feeds {sorted(set(bad)) or ['nothing']}, not only a custom "
+                "torch.autograd.Function",
+            )
+
+    def check_module(self, block: torch.nn.Module) -> None:
+        """No TorchScript or FX modules inside the block."""
+        for name, module in block.named_modules():
+            if isinstance(module, torch.jit.ScriptModule):
+                self._add("torchscript", f"module {name or '(root)'} is a TorchScript module")
+            if isinstance(module, torch.fx.GraphModule):
+                self._add("fx", f"module {name or '(root)'} is an FX GraphModule")
+
+
+def _short(args: tuple[Any, ...]) -> str:
+    text = repr(args)
+    return text if len(text) < 200 else text[:197] + "..."
+
+
+__all__ = ["FORBIDDEN_OPS", "Finding", "Guard", "Launch", "PhaseRecord"]
