@@ -44,8 +44,10 @@ def test_oracle_matches_module_in_fp64(batch, length, channels, dilation, family
                       inputs.grad_out, dilation=dilation, eps=1e-5, residual_scale=0.5)
     # Scale-aware: the scale family's values are ~100 and its grads small.
     torch.testing.assert_close(out, ref.out, rtol=1e-10, atol=1e-10 * out.abs().max().item())
-    for got, want in zip(grads, (ref.grad_x, ref.grad_conv, ref.grad_fc1, ref.grad_fc2)):
-        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10 * want.abs().max().item() + 1e-300)
+    wants = (ref.grad_x, ref.grad_conv, ref.grad_fc1, ref.grad_fc2)
+    for got, want in zip(grads, wants, strict=True):
+        scale = want.abs().max().item()
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10 * scale + 1e-300)
 
 
 def test_oracle_other_constructor_arguments():
@@ -73,7 +75,9 @@ def test_oracle_upcasts_low_precision_values_exactly():
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-@pytest.mark.parametrize("batch,length,channels,dilation", [(2, 17, 5, 3), (2, 64, 128, 1), (1, 1, 1, 4)])
+@pytest.mark.parametrize(
+    "batch,length,channels,dilation", [(2, 17, 5, 3), (2, 64, 128, 1), (1, 1, 1, 4)]
+)
 def test_zero_weight_identity_is_exact(dtype, batch, length, channels, dilation):
     """SPEC §1: with both linear weights zero the block is exactly the identity, bit for bit."""
     inputs = make_inputs(batch=batch, length=length, channels=channels, expansion=2,
@@ -98,7 +102,8 @@ def test_make_inputs_is_deterministic_and_seed_sensitive():
     a = make_inputs(seed=5, **kwargs)
     b = make_inputs(seed=5, **kwargs)
     c = make_inputs(seed=6, **kwargs)
-    assert all(torch.equal(u, v) for u, v in zip(vars(a).values(), vars(b).values()))
+    pairs = zip(vars(a).values(), vars(b).values(), strict=True)
+    assert all(torch.equal(u, v) for u, v in pairs)
     assert not torch.equal(a.x, c.x)
     assert a.x.dtype == torch.float16 and a.fc1_weight.shape == (8, 4)
     # The offset family's conv output shares a large mean in every channel.
@@ -107,6 +112,8 @@ def test_make_inputs_is_deterministic_and_seed_sensitive():
 
 def test_make_inputs_rejects_bad_arguments():
     with pytest.raises(ValueError, match="family='gauss'"):
-        make_inputs(batch=1, length=1, channels=1, expansion=2, family="gauss", dtype="float32", seed=0)
+        make_inputs(batch=1, length=1, channels=1, expansion=2, family="gauss",
+                    dtype="float32", seed=0)
     with pytest.raises(ValueError, match="length=0"):
-        make_inputs(batch=1, length=0, channels=1, expansion=2, family="normal", dtype="float32", seed=0)
+        make_inputs(batch=1, length=0, channels=1, expansion=2, family="normal",
+                    dtype="float32", seed=0)
