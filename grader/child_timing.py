@@ -1,0 +1,676 @@
+"""Timing child (SPEC §4, §6): times plain PyTorch, the reference and the submission, interleaved.
+
+Run by the parent (`grader.timing.run_timing`) as ``python -I grader/child_timing.py JOB_JSON`` in
+a private copy of the submitted tree, through `grader.sandbox.run_child`. It reports raw samples
+and check numbers over the result channel; the parent computes every statistic and verdict.
+
+Order of events, and why:
+
+1. **Timers are captured first**, before torch, the reference or the submission is imported:
+   ``time.perf_counter``/``monotonic``, and, right after ``import torch``, ``torch.cuda.Event`` with
+   its ``record``/``elapsed_time``/``synchronize``, ``torch.cuda.synchronize``, the stream
+   accessors. Every sample afterwards checks them by identity (`TimerGuard`), so a submission that
+   patches a timer is caught at the first sample after it did.
+2. **The reference is imported by this harness before the submission, then hidden**: its classes
+   are kept in local variables, its modules are dropped from ``sys.modules`` and the repository root
+   is dropped from ``sys.path``, so ``import reference`` from the submission finds nothing, and the
+   run-time rules armed next (Grader I's audit hook, `grader.child_rules`, when present) refuse
+   opening files under ``reference/`` and ``grader/``. Whatever the submission does afterwards, it
+   cannot read the reference's files; in-memory introspection (``gc``, frames) is the audit hook's
+   to refuse.
+3. Plain and reference are warmed up on the first shape; then the thread, process, memory and
+   global-torch-state baselines are taken; only then is ``solution`` imported.
+4. Per shape: the three blocks get identical weights; ``warmup`` untimed rounds, then ``rounds``
+   timed rounds. A round draws new values *in place* into the same input, upstream-gradient and
+   weight tensors (same pointers, new values: a cache keyed on pointers returns stale results and
+   fails the check), then runs the three blocks in an order that rotates every round. Each step:
+   grads cleared, L2 flushed (≥ 2× L2), device synchronized — all outside the window; then
+   ``start.record(); out = block(x); out.backward(grad_out); returned.record();
+   torch.cuda.synchronize(); end.record()``: the window closes only once the whole device is
+   idle, so work left on a side stream is counted, and ``end − returned`` (the *tail*) says how
+   much work was still running after the step returned on the caller's stream.
+5. After every step, outside the window: output type/shape/dtype, inputs and weights unchanged,
+   the four gradients present; timers, current stream, Python and OS threads, child processes
+   checked. After every round: submission and reference compared with plain on the same inputs
+   (forward elementwise, gradients by relative L2) against the dtype's budget times
+   `PLAIN_SLACK`. After every shape: the full global-state and namespace snapshots, GPU memory.
+
+Exit codes are `grader.sandbox.ChildExit`. Nothing here decides the score.
+"""
+
+from __future__ import annotations
+
+# Captured before anything the submission could touch is imported.
+import time
+
+_PERF_COUNTER = time.perf_counter
+_PERF_COUNTER_NS = time.perf_counter_ns
+_MONOTONIC = time.monotonic
+_TIME = time.time
+
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BLOCK_NAMES = ("plain", "ref", "sub")
+PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
+# Timed results are compared with plain PyTorch, not with the fp64 oracle. Plain itself uses at
+# most half of every budget (SPEC §3 calibration) and the gate held the submission within the
+# budget of the oracle, so |sub − plain| ≤ 1.5 budgets by the triangle inequality.
+PLAIN_SLACK = 1.5
+# L2 flush buffer: at least twice the L2 (SPEC §4) and never under this.
+MIN_FLUSH_BYTES = 256 << 20
+# Memory the submission may hold across steps beyond its parameters: a few activations of the
+# shape (saved buffers, partial sums) plus a fixed allowance.
+HOG_ACTIVATIONS = 4
+HOG_FIXED_BYTES = 512 << 20
+# Device memory outside PyTorch's allocator (raw cudaMalloc) the submission may add.
+FOREIGN_MEMORY_BYTES = 1 << 30
+# The event window may exceed the host's measurement of the same window by this (ms): the
+# host's start is taken before the start event is recorded, so the host window is the longer.
+EVENT_HOST_SLACK_MS = 0.5
+
+
+class Violation(Exception):
+    """A run-time rule was broken (a timer patched, a thread started...); the run stops."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+class CheckFailure(Exception):
+    """A timed step's result was wrong (output, gradients, inputs changed); the run stops."""
+
+
+def _read_job() -> dict[str, Any]:
+    if len(sys.argv) != 2:
+        raise SystemExit(f"usage: {sys.argv[0]} JOB_JSON (got {len(sys.argv) - 1} arguments)")
+    return json.loads(sys.argv[1])
+
+
+class Channel:
+    """The result channel (``GRADER_CHANNEL_FD``), or stdout when run by hand."""
+
+    def __init__(self) -> None:
+        fd = os.environ.get("GRADER_CHANNEL_FD")
+        self._file = os.fdopen(int(fd), "w", buffering=1) if fd else sys.stdout
+
+    def send(self, event: str, **fields: Any) -> None:
+        self._file.write(json.dumps({"event": event, **fields}, default=str) + "\n")
+        self._file.flush()
+
+
+# ----------------------------------------------------------------------------- guards
+
+
+def _os_threads() -> int:
+    """Threads of this process, from the kernel (catches threads made outside ``threading``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return -1
+
+
+def _live_children() -> list[int]:
+    """Pids of this process's living children."""
+    pids: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/children") as f:
+                pids.extend(int(p) for p in f.read().split())
+    return pids
+
+
+@dataclass
+class TimerGuard:
+    """Identities of the timing and synchronization functions, captured before the submission."""
+
+    torch: Any
+    items: dict[str, tuple[Callable[[], Any], Any]]
+
+    @classmethod
+    def capture(cls, torch: Any) -> TimerGuard:
+        cuda = torch.cuda
+        getters: dict[str, Callable[[], Any]] = {
+            "time.perf_counter": lambda: time.perf_counter,
+            "time.perf_counter_ns": lambda: time.perf_counter_ns,
+            "time.monotonic": lambda: time.monotonic,
+            "time.time": lambda: time.time,
+            "sys.modules['time']": lambda: sys.modules.get("time"),
+            "sys.modules['torch.cuda']": lambda: sys.modules.get("torch.cuda"),
+            "torch.cuda": lambda: torch.cuda,
+            "torch.cuda.synchronize": lambda: cuda.synchronize,
+            "torch.cuda.Event": lambda: cuda.Event,
+            "torch.cuda.Event.record": lambda: cuda.Event.record,
+            "torch.cuda.Event.elapsed_time": lambda: cuda.Event.elapsed_time,
+            "torch.cuda.Event.synchronize": lambda: cuda.Event.synchronize,
+            "torch.cuda.Event.query": lambda: cuda.Event.query,
+            "torch.cuda.Event.__init__": lambda: cuda.Event.__init__,
+            "torch.cuda.Event.__new__": lambda: cuda.Event.__new__,
+            "torch._C._cuda_synchronize": lambda: torch._C._cuda_synchronize,
+            "torch._C._CudaEventBase.record": lambda: torch._C._CudaEventBase.record,
+            "torch._C._CudaEventBase.elapsed_time": lambda: torch._C._CudaEventBase.elapsed_time,
+            "torch.cuda.current_stream": lambda: cuda.current_stream,
+            "torch.cuda.default_stream": lambda: cuda.default_stream,
+            "torch.cuda.Stream": lambda: cuda.Stream,
+            "torch.cuda.Stream.synchronize": lambda: cuda.Stream.synchronize,
+        }
+        items = {}
+        for name, get in getters.items():
+            with contextlib.suppress(AttributeError):
+                items[name] = (get, get())
+        return cls(torch=torch, items=items)
+
+    def verify(self) -> None:
+        for name, (get, original) in self.items.items():
+            try:
+                now = get()
+            except AttributeError:
+                now = None
+            if now is not original:
+                raise Violation("timer-patched", f"{name} was replaced ({original!r} → {now!r})")
+
+
+def _global_state(torch: Any) -> dict[str, Any]:
+    """Global torch state the rules freeze: precision flags, backends, modes, threads, RNG."""
+    b = torch.backends
+    probes: dict[str, Callable[[], Any]] = {
+        "matmul.allow_tf32": lambda: b.cuda.matmul.allow_tf32,
+        "matmul.allow_fp16_reduced_precision_reduction":
+            lambda: b.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "matmul.allow_bf16_reduced_precision_reduction":
+            lambda: b.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "matmul.allow_fp16_accumulation": lambda: b.cuda.matmul.allow_fp16_accumulation,
+        "float32_matmul_precision": torch.get_float32_matmul_precision,
+        "cudnn.enabled": lambda: b.cudnn.enabled,
+        "cudnn.benchmark": lambda: b.cudnn.benchmark,
+        "cudnn.deterministic": lambda: b.cudnn.deterministic,
+        "cudnn.allow_tf32": lambda: b.cudnn.allow_tf32,
+        "preferred_blas_library": lambda: str(b.cuda.preferred_blas_library()),
+        "default_dtype": lambda: str(torch.get_default_dtype()),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+        "anomaly_mode": torch.is_anomaly_enabled,
+        "grad_enabled": torch.is_grad_enabled,
+        "inference_mode": torch.is_inference_mode_enabled,
+        "autocast_cuda": lambda: torch.is_autocast_enabled("cuda"),
+        "num_threads": torch.get_num_threads,
+        "memory_fraction": lambda: torch.cuda.get_per_process_memory_fraction(0),
+        "current_device": torch.cuda.current_device,
+        "cpu_rng": lambda: hash(torch.get_rng_state().numpy().tobytes()),
+        "cuda_rng": lambda: hash(torch.cuda.get_rng_state().cpu().numpy().tobytes()),
+    }
+    state: dict[str, Any] = {}
+    for name, probe in probes.items():
+        with contextlib.suppress(Exception):
+            state[name] = probe()
+    return state
+
+
+@dataclass
+class Baseline:
+    """What the process looked like just before the submission was imported."""
+
+    py_threads: set[int]
+    os_threads: int
+    state: dict[str, Any]
+    default_stream: Any
+    foreign_bytes: int
+    allocated: int
+
+
+def _foreign_bytes(torch: Any) -> int:
+    """Device memory in use that PyTorch's caching allocator does not account for."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) - torch.cuda.memory_reserved()
+
+
+def take_baseline(torch: Any) -> Baseline:
+    return Baseline(
+        py_threads={t.ident for t in threading.enumerate() if t.ident is not None},
+        os_threads=_os_threads(),
+        state=_global_state(torch),
+        default_stream=torch.cuda.default_stream(),
+        foreign_bytes=_foreign_bytes(torch),
+        allocated=torch.cuda.memory_allocated(),
+    )
+
+
+def check_light(torch: Any, timers: TimerGuard, base: Baseline) -> None:
+    """Cheap checks after every step: timers, stream, threads, child processes."""
+    timers.verify()
+    if torch.cuda.current_stream() != base.default_stream:
+        raise Violation("stream-changed", "the current CUDA stream was changed by the submission")
+    new = [t for t in threading.enumerate() if t.ident not in base.py_threads]
+    if new:
+        raise Violation("new-thread", f"the submission started Python thread(s): "
+                        f"{[t.name for t in new]}")
+    now = _os_threads()
+    if now > base.os_threads:
+        raise Violation("new-thread", f"the process has {now} OS threads, {base.os_threads} "
+                        "before the submission was imported")
+    children = _live_children()
+    if children:
+        raise Violation("new-process", f"the submission left child process(es) running: "
+                        f"{children}")
+
+
+def check_heavy(torch: Any, base: Baseline, allowed_bytes: int, held_bytes: int) -> None:
+    """Per-shape checks: global state and GPU memory held by the submission."""
+    state = _global_state(torch)
+    changed = {k: (v, state.get(k)) for k, v in base.state.items() if state.get(k) != v}
+    if changed:
+        raise Violation("global-state", "global torch state changed: " + ", ".join(
+            f"{k}: {a!r} → {b!r}" for k, (a, b) in changed.items()))
+    if held_bytes > allowed_bytes:
+        raise Violation("gpu-memory-hog", f"the submission holds {held_bytes / 2**20:.0f} MiB of "
+                        f"GPU memory across steps (allowed {allowed_bytes / 2**20:.0f} MiB)")
+    foreign = _foreign_bytes(torch) - base.foreign_bytes
+    if foreign > FOREIGN_MEMORY_BYTES:
+        raise Violation("gpu-memory-hog", f"{foreign / 2**20:.0f} MiB of GPU memory were taken "
+                        f"outside PyTorch's allocator (allowed {FOREIGN_MEMORY_BYTES >> 20} MiB)")
+
+
+# ----------------------------------------------------------------------------- the step
+
+
+@dataclass
+class Step:
+    """One timed step's raw numbers."""
+
+    window_ms: float  # start → end (device idle)
+    tail_ms: float  # returned → end: work still running after the step returned
+    host_ms: float  # the same window on the host clock
+
+
+def _params(block: Any, who: str) -> list[Any]:
+    named = dict(block.named_parameters())
+    missing = [k for k in PARAM_KEYS if k not in named]
+    if missing:
+        raise CheckFailure(f"{who}: parameters {missing} missing (has {sorted(named)})")
+    return [named[k] for k in PARAM_KEYS]
+
+
+@contextlib.contextmanager
+def _no_grad(torch: Any) -> Iterator[None]:
+    with torch.no_grad():
+        yield
+
+
+class Timer:
+    """The harness's events and synchronization, from the captured originals only."""
+
+    def __init__(self, torch: Any, timers: TimerGuard) -> None:
+        self.torch = torch
+        self.Event = timers.items["torch.cuda.Event"][1]
+        self.sync = timers.items["torch.cuda.synchronize"][1]
+        self.events = [self.Event(enable_timing=True) for _ in range(3)]
+
+    def run(self, fn: Callable[[], Any], flush: Callable[[], None]) -> tuple[Any, Step]:
+        start, returned, end = self.events
+        flush()
+        self.sync()
+        host0 = _PERF_COUNTER()
+        start.record()
+        result = fn()
+        returned.record()
+        self.sync()
+        end.record()
+        end.synchronize()
+        host_ms = 1e3 * (_PERF_COUNTER() - host0)
+        step = Step(start.elapsed_time(end), returned.elapsed_time(end), host_ms)
+        return result, step
+
+
+def _compare(torch: Any, got: list[Any], want: list[Any], budget: dict[str, float]) -> Any:
+    """Utilisations [forward, grad_x, grad_conv, grad_fc1, grad_fc2] as a device tensor.
+
+    Forward: max |got − want| / (atol + rtol·|want|); gradients: ‖got − want‖₂/‖want‖₂ / grad_rel.
+    Non-finite values give inf.
+    """
+    f32, f64 = torch.float32, torch.float64
+    a, b = got[0].to(f32), want[0].to(f32)
+    fwd = ((a - b).abs() / (budget["forward_atol"] + budget["forward_rtol"] * b.abs())).amax()
+    fwd = torch.where(torch.isfinite(a).all(), fwd, torch.full_like(fwd, float("inf")))
+    utils = [fwd.to(f64)]
+    for g, w in zip(got[1:], want[1:], strict=True):
+        g64, w64 = g.to(f64), w.to(f64)
+        rel = torch.linalg.vector_norm(g64 - w64) / torch.linalg.vector_norm(w64).clamp_min(1e-300)
+        rel = torch.where(torch.isfinite(g64).all(), rel, torch.full_like(rel, float("inf")))
+        utils.append(rel / budget["grad_rel"])
+    return torch.stack(utils)
+
+
+class ShapeRunner:
+    """Runs the rounds of one shape over three blocks with identical weights."""
+
+    def __init__(self, torch: Any, blocks: dict[str, Any], shape: dict[str, Any],
+                 block_args: dict[str, Any], seed: int, timer: Timer,
+                 flush: Callable[[], None]) -> None:
+        self.torch = torch
+        self.blocks = blocks
+        self.timer = timer
+        self.flush = flush
+        dtype = getattr(torch, shape["dtype"])
+        dims = (shape["batch"], shape["length"], block_args["channels"])
+        self.gen = torch.Generator(device="cuda").manual_seed(seed)
+        self.x = torch.empty(dims, device="cuda", dtype=dtype, requires_grad=True)
+        self.grad_out = torch.empty(dims, device="cuda", dtype=dtype)
+        self.params = {name: _params(block, name) for name, block in blocks.items()}
+        # nn.Conv1d / nn.Linear default init bounds, 1/sqrt(fan_in).
+        self.bounds = [1.0 / 3**0.5, 1.0 / block_args["channels"] ** 0.5,
+                       1.0 / (block_args["expansion"] * block_args["channels"]) ** 0.5]
+        self.snap: list[Any] = []
+
+    def new_values(self) -> None:
+        """New input, upstream gradient and weights, written in place (same pointers)."""
+        with self.torch.no_grad():
+            self.x.normal_(generator=self.gen)
+            self.grad_out.normal_(generator=self.gen)
+            plain = self.params["plain"]
+            for p, bound in zip(plain, self.bounds, strict=True):
+                p.uniform_(-bound, bound, generator=self.gen)
+            for name, params in self.params.items():
+                if name != "plain":
+                    for p, src in zip(params, plain, strict=True):
+                        p.copy_(src)
+            self.snap = [t.detach().clone() for t in (self.x, self.grad_out, *plain)]
+
+    def _clear(self, name: str) -> None:
+        self.x.grad = None
+        for p in self.params[name]:
+            p.grad = None
+
+    def step(self, name: str, around: Any = None) -> tuple[list[Any], Step, Any]:
+        """Time one step of block ``name``; check what it returned and left behind.
+
+        Args:
+            name: Which block.
+            around: Context manager entered around the timed window only (the rule guard's
+                phase during warm-up, its ``trusted()`` for the grader's own blocks).
+
+        Returns:
+            Clones of [out, grad_x, grad_conv, grad_fc1, grad_fc2], the step's times, and the
+            output itself (for the autograd-graph check).
+        """
+        torch = self.torch
+        block, x, grad_out = self.blocks[name], self.x, self.grad_out
+
+        def fn() -> Any:
+            out = block(x)
+            out.backward(grad_out)
+            return out
+
+        self._clear(name)
+        with around if around is not None else contextlib.nullcontext():
+            out, step = self.timer.run(fn, self.flush)
+        if type(out) is not torch.Tensor:
+            raise CheckFailure(f"{name}: output is {type(out).__name__}, not exactly torch.Tensor")
+        if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+            raise CheckFailure(f"{name}: output {tuple(out.shape)} {out.dtype} {out.device}, "
+                               f"input {tuple(x.shape)} {x.dtype} {x.device}")
+        grads = [x.grad, *(p.grad for p in self.params[name])]
+        absent = [k for k, g in zip(("x", *PARAM_KEYS), grads, strict=True) if g is None]
+        if absent:
+            raise CheckFailure(f"{name}: gradients of {absent} were not produced")
+        now = (x, grad_out, *self.params[name])
+        labels = ("x", "grad_out", *PARAM_KEYS)
+        for label, before, after in zip(labels, self.snap, now, strict=True):
+            if not torch.equal(before, after.detach()):
+                raise CheckFailure(f"{name}: {label} was modified by the step")
+        result = [out.detach().clone(), *(g.detach().clone() for g in grads)]
+        self._clear(name)
+        return result, step, out
+
+
+def _device_facts(torch: Any) -> dict[str, Any]:
+    props = torch.cuda.get_device_properties(0)
+    facts: dict[str, Any] = {
+        "name": props.name,
+        "memory_total_mb": props.total_memory / 2**20,
+        "sm_count": props.multi_processor_count,
+        "l2_cache_bytes": getattr(props, "L2_cache_size", None),
+        "memory_bus_width_bits": getattr(props, "memory_bus_width", None),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    clock_khz = getattr(props, "memory_clock_rate", None)
+    facts["memory_clock_mhz"] = clock_khz / 1e3 if clock_khz else None
+    uuid = getattr(props, "uuid", None)
+    facts["uuid"] = f"GPU-{uuid}" if uuid is not None else None
+    with contextlib.suppress(ImportError):
+        import triton
+
+        facts["triton"] = triton.__version__
+    return facts
+
+
+def _hide_reference(prefixes: tuple[str, ...]) -> None:
+    """Drop the reference's modules and the repository root from the import system."""
+    for name in list(sys.modules):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            del sys.modules[name]
+    root = REPO_ROOT.resolve()
+    sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != root]
+    import importlib
+
+    importlib.invalidate_caches()
+
+
+def _label(shape: dict[str, Any]) -> str:
+    return f"{shape['dtype']}:{shape['batch']}x{shape['length']}:d{shape['dilation']}"
+
+
+def main() -> int:
+    job = _read_job()
+    channel = Channel()
+    workspace = Path(job["workspace"]).resolve()
+    sys.path.insert(0, str(REPO_ROOT))
+
+    import torch
+
+    timers = TimerGuard.capture(torch)
+    if not torch.cuda.is_available():
+        channel.send("failure", kind="harness", reason="no CUDA device in the timing child")
+        return 1
+    torch.cuda.init()
+    channel.send("hello", device=_device_facts(torch), pid=os.getpid())
+
+    import importlib
+
+    from grader.child_rules import Guard
+    from task.model import DilatedResidualBlock as PlainBlock
+
+    ref_module = job.get("reference_module", "reference.block")
+    RefBlock = importlib.import_module(ref_module).DilatedResidualBlock  # noqa: N806
+
+    block_args, shapes, budgets = job["block"], job["shapes"], job["budgets"]
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    flush_buf = torch.empty(max(2 * l2, MIN_FLUSH_BYTES) // 4, dtype=torch.int32, device="cuda")
+
+    def flush() -> None:
+        flush_buf.zero_()
+
+    timer = Timer(torch, timers)
+
+    def make(cls: type, shape: dict[str, Any]) -> Any:
+        block = cls(dilation=shape["dilation"], **block_args)
+        return block.to(device="cuda", dtype=getattr(torch, shape["dtype"]))
+
+    # Warm plain and reference up on the first shape (autograd's device thread, cuBLAS handles,
+    # Triton compilation, the reference's plan table) so that the baselines already hold what
+    # they start and read.
+    first = shapes[0]
+    warm = ShapeRunner(torch, {"plain": make(PlainBlock, first), "ref": make(RefBlock, first)},
+                       first, block_args, job["seed"], timer, flush)
+    warm.new_values()
+    for name in ("plain", "ref"):
+        warm.step(name)
+    del warm
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+    if ref_module.split(".")[0] == "reference":
+        _hide_reference(("reference",))
+    guard = Guard(workspace, (REPO_ROOT / "grader", REPO_ROOT / "reference"),
+                  on_finding=lambda f: channel.send("finding", rule=f.rule, phase=f.phase,
+                                                    message=f.message))
+    guard.install()
+    base = take_baseline(torch)
+
+    load0 = _PERF_COUNTER()
+    sys.path.insert(0, str(workspace))
+    try:
+        with guard.phase("load", log_ops=False):
+            import solution  # type: ignore[import-not-found]
+
+            SubBlock = solution.DilatedResidualBlock  # noqa: N806
+    except Exception as exc:
+        with guard.trusted():
+            tb = traceback.format_exc()[-4000:]
+        channel.send("failure", kind="load", reason=f"importing the submission raised {exc!r}",
+                     traceback=tb)
+        return 2
+    channel.send("loaded", seconds=_PERF_COUNTER() - load0)
+
+    try:
+        for index, shape in enumerate(shapes):
+            _time_shape(torch, job, index, shape, channel, guard, timers, base, timer, flush,
+                        make, PlainBlock, RefBlock, SubBlock, budgets[shape["dtype"]],
+                        block_args)
+    except Violation as exc:
+        channel.send("failure", kind="rule", rule=exc.rule, reason=str(exc))
+        return 4
+    except CheckFailure as exc:
+        channel.send("failure", kind="check", reason=str(exc))
+        return 0
+    except torch.cuda.OutOfMemoryError as exc:
+        channel.send("failure", kind="oom", reason=f"out of GPU memory: {exc}"[:2000])
+        return 3
+    except Exception as exc:
+        with guard.trusted():
+            tb = traceback.format_exc()[-4000:]
+        channel.send("failure", kind="crash", reason=f"the step raised {exc!r}", traceback=tb)
+        return 2
+    channel.send("done")
+    return 0
+
+
+class _Phase:
+    """``guard.phase(name)`` that keeps its record for the checks run after it closed."""
+
+    def __init__(self, guard: Any, name: str) -> None:
+        self._cm = guard.phase(name)
+        self.record: Any = None
+
+    def __enter__(self) -> Any:
+        self.record = self._cm.__enter__()
+        return self.record
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._cm.__exit__(*exc)
+
+
+def _raise_findings(guard: Any) -> None:
+    if guard.findings:
+        first = guard.findings[0]
+        raise Violation(first.rule, f"{first.message} (in {first.phase})")
+
+
+def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, Any],
+                channel: Channel, guard: Any, timers: TimerGuard, base: Baseline, timer: Timer,
+                flush: Callable[[], None], make: Callable[[type, dict[str, Any]], Any],
+                plain_cls: type, ref_cls: type, sub_cls: type, budget: dict[str, float],
+                block_args: dict[str, Any]) -> None:
+    """Warm up and time one shape; send its raw samples; raise on any failure."""
+    label = _label(shape)
+    channel.send("shape_start", index=index, label=label)
+    blocks = {"plain": make(plain_cls, shape), "ref": make(ref_cls, shape)}
+    torch.cuda.synchronize()
+    before_sub = torch.cuda.memory_allocated()
+    try:
+        with guard.phase(f"construct:{label}", log_ops=False):
+            blocks["sub"] = make(sub_cls, shape)
+            blocks["sub"].load_state_dict(blocks["plain"].state_dict(), strict=True)
+    except Exception as exc:
+        raise CheckFailure(f"constructing the submission raised {exc!r}") from exc
+    guard.check_module(blocks["sub"])
+    blocks["ref"].load_state_dict(blocks["plain"].state_dict(), strict=True)
+    sub_param_bytes = sum(p.numel() * p.element_size() for p in blocks["sub"].parameters())
+    check_light(torch, timers, base)
+    _raise_findings(guard)
+
+    runner = ShapeRunner(torch, blocks, shape, block_args, job["seed"] + 7919 * (index + 1),
+                         timer, flush)
+    activation = shape["batch"] * shape["length"] * block_args["channels"]
+    samples = {n: {"window_ms": [], "tail_ms": [], "host_ms": []} for n in BLOCK_NAMES}
+    util_rows: list[Any] = []
+    census = job.get("census", True)
+    for rnd in range(job["warmup"] + job["rounds"]):
+        timed = rnd >= job["warmup"]
+        runner.new_values()
+        shift = rnd % len(BLOCK_NAMES)
+        results = {}
+        for name in BLOCK_NAMES[shift:] + BLOCK_NAMES[:shift]:
+            if name != "sub":
+                around = guard.trusted()
+            elif not timed and census:
+                # Warm-up steps of the submission run under the op log and launch census (too
+                # slow for a timed window): the timed path must be the one the rules allow.
+                around = _Phase(guard, f"timing-warmup:{label}")
+            else:
+                around = None
+            results[name], step, out = runner.step(name, around)
+            if name == "sub" and not timed and census:
+                guard.check_ops(around.record, activation)
+                guard.check_launches(around.record)
+                guard.check_autograd(out, runner.x, blocks["sub"])
+            del out
+            check_light(torch, timers, base)
+            if step.window_ms > step.host_ms + EVENT_HOST_SLACK_MS:
+                raise Violation("clock-mismatch", f"{name}: event window {step.window_ms:.3f} ms "
+                                f"exceeds the host's {step.host_ms:.3f} ms for the same window")
+            if timed:
+                for key in ("window_ms", "tail_ms", "host_ms"):
+                    samples[name][key].append(getattr(step, key))
+        util_rows.append(torch.stack([_compare(torch, results[n], results["plain"], budget)
+                                      for n in ("ref", "sub")]))
+        del results
+        if timed:
+            guard.check_after(f"timing:{label}")
+        _raise_findings(guard)
+    # One device→host copy per shape, outside every window.
+    table = torch.stack(util_rows).amax(dim=0).tolist()
+    util = {n: dict(zip(("forward", "grad_x", *PARAM_KEYS), row, strict=True))
+            for n, row in zip(("ref", "sub"), table, strict=True)}
+    torch.cuda.synchronize()
+    # Memory the submission holds across steps: allocated now beyond what was there before it
+    # was constructed, less its parameters; and, once everything of the shape is freed, what is
+    # left beyond the pre-import baseline (module-level buffers).
+    in_shape = torch.cuda.memory_allocated() - before_sub - sub_param_bytes
+    in_shape -= sum(t.numel() * t.element_size() for t in
+                    (runner.x, runner.grad_out, *runner.snap))
+    del runner, blocks
+    torch.cuda.empty_cache()
+    held = max(in_shape, torch.cuda.memory_allocated() - base.allocated)
+    allowed = HOG_ACTIVATIONS * activation * 4 + HOG_FIXED_BYTES
+    check_heavy(torch, base, allowed, held)
+    channel.send("shape_done", index=index, label=label, samples=samples, util=util,
+                 slack=PLAIN_SLACK, held_mb=held / 2**20)
+    worst = max(util["sub"].values())
+    if not worst <= PLAIN_SLACK:
+        raise CheckFailure(f"{label}: a timed step's result differs from plain PyTorch "
+                           f"(worst utilisation {worst:.3g} > {PLAIN_SLACK})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
