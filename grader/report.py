@@ -177,8 +177,14 @@ class ShapeTiming:
         g: ``t_plain / t_ref``.
         r_ci, g_ci: Bootstrap confidence intervals of r and g.
         score: Score of the shape (SPEC §5).
-        status: ``ok`` or why not.
+        status: ``ok`` or why not (`grader.timing.TimingStatus` values).
         reason: Sentence for a non-ok status.
+        score_ci: Bootstrap confidence interval of the score.
+        weight: The shape's weight in the task score (its dtype's).
+        floor_ms: Bandwidth floor of one step: bytes it must move over the GPU's peak bandwidth.
+        utilisation: Worst check of the submission's timed steps against plain PyTorch, as a
+            fraction of the dtype's budget.
+        tail_ms: Median time the device kept working after the submission's step returned.
     """
 
     label: str
@@ -192,6 +198,11 @@ class ShapeTiming:
     score: float = 0.0
     status: str = "ok"
     reason: str = ""
+    score_ci: tuple[float, float] | None = None
+    weight: float = 1.0
+    floor_ms: float | None = None
+    utilisation: float | None = None
+    tail_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +215,12 @@ class TimingReport:
         score: Weighted mean of the shape scores.
         status: ``ok`` or why timing rejected the submission.
         reason: Sentence for a non-ok status.
-        telemetry: GPU clocks, temperature and the like, by name.
+        telemetry: GPU identity, peak bandwidth, clocks, temperature and power around each
+            shape, and the timing child's resource use, by name.
+        score_ci: Bootstrap confidence interval of the score (None when failed).
+        rounds: Timed rounds per shape.
+        warmup: Untimed warm-up rounds per shape.
+        wall_s: Seconds the timing phase took, child start and compilation included.
     """
 
     profile: str
@@ -213,6 +229,10 @@ class TimingReport:
     status: str = "ok"
     reason: str = ""
     telemetry: dict[str, Any] = field(default_factory=dict)
+    score_ci: tuple[float, float] | None = None
+    rounds: int = 0
+    warmup: int = 0
+    wall_s: float = 0.0
 
 
 @dataclass(frozen=True)
