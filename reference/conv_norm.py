@@ -55,6 +55,10 @@ from reference.plans import Plan, device_info, interpreting, next_pow2, plan_for
 # Per-example offsets are int32 inside the kernels (the example base is int64).
 MAX_EXAMPLE_ELEMENTS = 2**31 - 1
 
+# Test hook: when True, the launchers fill every float buffer they allocate with NaN before the
+# kernels run, so an element a kernel fails to write shows up as NaN instead of stale memory.
+POISON_OUTPUTS = False
+
 
 # ----------------------------------------------------------------------------------------------
 # Tile helpers (shared by both directions)
@@ -395,6 +399,13 @@ def _tiling(length: int, channels: int, dilation: int, block_rows: int,
     }
 
 
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.empty, or NaN-filled under POISON_OUTPUTS."""
+    if POISON_OUTPUTS:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
 def _group_size(requested: int, n_tiles: int, device: torch.device) -> int:
     """Clamp programs per example: ≤ tiles, ≤ SM count (barrier safety), 1 when interpreted."""
     if interpreting():
@@ -438,10 +449,10 @@ def conv_norm_forward(
     batch, length, channels = x.shape
     tiling = _tiling(length, channels, dilation, plan.fwd_block_rows, plan.block_c)
     group = _group_size(plan.fwd_group, tiling["n_tiles"], x.device)
-    yhat = torch.empty_like(x)
-    mean = torch.empty(batch, dtype=torch.float32, device=x.device)
-    rstd = torch.empty(batch, dtype=torch.float32, device=x.device)
-    part = torch.empty((batch * group, 3), dtype=torch.float32, device=x.device)
+    yhat = _empty(tuple(x.shape), x.dtype, x.device)
+    mean = _empty((batch,), torch.float32, x.device)
+    rstd = _empty((batch,), torch.float32, x.device)
+    part = _empty((batch * group, 3), torch.float32, x.device)
     sync = torch.zeros(1 + batch, dtype=torch.int32, device=x.device)
     _conv_norm_fwd_kernel[(batch * group,)](
         x, weight, yhat, mean, rstd, part, sync,
@@ -498,10 +509,12 @@ def conv_norm_backward(
     tiling = _tiling(length, channels, dilation, plan.bwd_block_rows, plan.block_c)
     group = _group_size(plan.bwd_group, tiling["n_tiles"], x.device)
     split_c = tiling["n_cb"] > 1
-    dx = torch.empty_like(x)
-    alloc = torch.zeros if split_c else torch.empty
-    dw_part = alloc((batch * group, 3, channels), dtype=torch.float32, device=x.device)
-    part = torch.empty((batch * group, 2), dtype=torch.float32, device=x.device)
+    dx = _empty(tuple(x.shape), x.dtype, x.device)
+    dw_shape = (batch * group, 3, channels)
+    # Split channels accumulate into dw_part tile by tile, so it must start at zero.
+    dw_part = (torch.zeros(dw_shape, dtype=torch.float32, device=x.device) if split_c
+               else _empty(dw_shape, torch.float32, x.device))
+    part = _empty((batch * group, 2), torch.float32, x.device)
     sync = torch.zeros(1 + batch, dtype=torch.int32, device=x.device)
     _conv_norm_bwd_kernel[(batch * group,)](
         x, weight, dyhat, res, mean, rstd, dx, dw_part, part, sync,

@@ -1,0 +1,192 @@
+"""CPU tests of the reference kernels through the Triton interpreter, plus the plan interface.
+
+Every interpreted run goes to its own subprocess (`tests/reference_runner.py`) with
+``TRITON_INTERPRET=1`` and a timeout: the interpreter must be enabled before the kernels are
+imported, and it detects no out-of-bounds access, so a bad index can corrupt the heap of the
+process that runs it. The interpreter runs one program per example (its programs execute one
+after another, so a multi-program barrier would wait forever); the GPU tests cover groups.
+Budgets are scoring.yaml's; every check must stay within half of its budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from reference.plans import (
+    DeviceInfo,
+    Plan,
+    PlanTable,
+    heuristic_plan,
+    load_table,
+    plan_for,
+    save_table,
+    shape_class,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNNER = ROOT / "tests" / "reference_runner.py"
+TIMEOUT_S = 120
+MAX_UTILISATION = 0.5
+
+
+def run_interpreted(specs: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Run specs in a fresh interpreter-mode process and return its per-spec utilisations."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(RUNNER), json.dumps(specs)],
+        capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT,
+    )
+    assert proc.returncode == 0, f"runner rc={proc.returncode}\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_within(specs: list[dict[str, Any]], results: list[dict[str, float]]) -> None:
+    """Every check of every spec at most MAX_UTILISATION of its budget."""
+    bad = [
+        (spec, name, util)
+        for spec, result in zip(specs, results, strict=True)
+        for name, util in result.items()
+        if not util <= MAX_UTILISATION
+    ]
+    assert not bad, f"over {MAX_UTILISATION} of budget: {bad}"
+
+
+# --- interpreted kernel checks ---------------------------------------------------------------
+
+LENGTHS = (1, 2, 9, 33)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("channels", [1, 3, 5, 16])
+def test_conv_norm_matches_fp64(dtype: str, channels: int) -> None:
+    """Lengths 1–33, dilation 1, 4 and beyond the length, batch 1–3, poisoned outputs."""
+    specs = [
+        {"kind": "kernel", "batch": 1 + i % 3, "length": length, "channels": channels,
+         "dilation": dilation, "dtype": dtype, "family": "normal", "seed": 100 * channels + i}
+        for i, (length, dilation) in enumerate(
+            (length, dilation) for length in LENGTHS for dilation in (1, 4, length + 3)
+        )
+    ]
+    assert_within(specs, run_interpreted(specs))
+
+
+def test_conv_norm_offset_family() -> None:
+    """x ≈ 1000 + N(0, 1) with nearly equal taps: the shifted Chan combine must not cancel."""
+    specs = [
+        {"kind": "kernel", "batch": 2, "length": 64, "channels": 16, "dilation": dilation,
+         "dtype": "float32", "family": "offset", "seed": 7 + dilation}
+        for dilation in (1, 4)
+    ]
+    assert_within(specs, run_interpreted(specs))
+
+
+def test_conv_norm_split_channels_and_residues() -> None:
+    """Plans whose tiles split the channels (SPLIT_C path) or stack several residues."""
+    small = {"fwd_block_rows": 8, "bwd_block_rows": 4, "block_c": 4, "fwd_group": 1,
+             "bwd_group": 1}
+    specs = [
+        {"kind": "kernel", "batch": 2, "length": 17, "channels": 6, "dilation": dilation,
+         "dtype": "float32", "family": "normal", "seed": 11 + dilation, "plan": small}
+        for dilation in (1, 5, 20)
+    ]
+    assert_within(specs, run_interpreted(specs))
+
+
+# --- interpreted block checks ------------------------------------------------------------------
+
+SMOKE_CASES = ["c1-l1", "c3-l2", "c5-l9-d4", "c8-l17-d20", "c7-l33-d2-f16", "c16-l64-offset",
+               "c12-l40-e1", "drift-c9-l20-d3"]
+
+
+@pytest.mark.parametrize("case", SMOKE_CASES)
+def test_block_matches_oracle(case: str) -> None:
+    """The whole reference block's output and four gradients on scoring.yaml's smoke cases."""
+    from grader.config import load_config
+
+    cfg = load_config()
+    seeds = {c.name: c.seeds for c in (*cfg.correctness.cases, *cfg.correctness.drift.cases)}
+    specs = [{"kind": "block", "case": case, "seed": seed} for seed in seeds[case]]
+    assert_within(specs, run_interpreted(specs))
+
+
+def test_block_zero_weight_identity() -> None:
+    """fc weights zero ⇒ out == x, x.grad == grad_out bit for bit, other grads exactly 0."""
+    specs = [
+        {"kind": "identity", "batch": 2, "length": 9, "channels": 5, "dilation": 2,
+         "dtype": dtype, "seed": 3}
+        for dtype in ("float32", "float16")
+    ]
+    for result in run_interpreted(specs):
+        assert all(v == 0.0 for v in result.values()), result
+
+
+# --- host-side checks (no kernel runs) ---------------------------------------------------------
+
+
+def test_cpu_tensor_without_interpreter_is_refused() -> None:
+    """No silent PyTorch fallback: a CPU tensor without TRITON_INTERPRET is a ValueError."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        pytest.skip("this process runs the interpreter")
+    from reference.conv_norm import conv_norm_forward
+
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        conv_norm_forward(torch.randn(1, 4, 3), torch.randn(3, 1, 3), 1, 1e-5)
+
+
+def test_launcher_validation_names_both_values() -> None:
+    from reference.conv_norm import conv_norm_forward
+
+    with pytest.raises(ValueError, match=r"weight.shape=\(4, 1, 3\).*\(3, 1, 3\)"):
+        conv_norm_forward(torch.randn(1, 4, 3), torch.randn(4, 1, 3), 1, 1e-5)
+    with pytest.raises(ValueError, match="dilation=0"):
+        conv_norm_forward(torch.randn(1, 4, 3), torch.randn(3, 1, 3), 0, 1e-5)
+
+
+def test_plan_validation() -> None:
+    with pytest.raises(ValueError, match="block_c=96"):
+        Plan(block_c=96)
+    with pytest.raises(ValueError, match="fwd_group=0"):
+        Plan(fwd_group=0)
+    with pytest.raises(ValueError, match="unknown Plan fields"):
+        Plan.from_dict({"bogus": 1})
+
+
+def test_shape_class_buckets() -> None:
+    assert shape_class(32, 4096, 128, 1).key == "c128-l4096-d1-b32"
+    assert shape_class(3, 1000, 100, 7).key == "c128-l1024-d8-b4"
+    # Every dilation at or beyond the length behaves alike: capped at the length bucket.
+    assert shape_class(2, 129, 33, 200).key == shape_class(2, 129, 33, 5000).key
+
+
+def test_table_roundtrip_and_lookup(tmp_path: Path) -> None:
+    plan = Plan(fwd_group=12, bwd_group=20)
+    cls = shape_class(32, 4096, 128, 1)
+    table = PlanTable(meta={"gpu": "X", "torch": "t", "triton": "3.6.0", "date": "d",
+                            "method": "test"}, plans={"float32": {cls.key: plan}})
+    path = tmp_path / "x.json"
+    save_table(path, table)
+    loaded = load_table(path)
+    assert loaded.lookup(torch.float32, cls) == plan
+    assert loaded.lookup(torch.bfloat16, cls) is None
+
+
+def test_committed_tables_load() -> None:
+    for path in (ROOT / "reference" / "plans").glob("*.json"):
+        load_table(path)
+
+
+def test_heuristic_and_plan_for() -> None:
+    h200 = DeviceInfo(name="NVIDIA H200", sm_count=132, l2_bytes=60 * 2**20)
+    plan = heuristic_plan(h200, torch.float32, 32, 4096, 128, 1)
+    assert 1 <= plan.fwd_group <= h200.sm_count and 1 <= plan.bwd_group <= h200.sm_count
+    # On the CPU there is no L2 to size groups by: one program per example.
+    cpu = plan_for("cpu", torch.float16, 2, 33, 7, 2)
+    assert cpu.fwd_group == 1 and cpu.bwd_group == 1
