@@ -1,6 +1,6 @@
 """Timing child (SPEC §4, §6): times plain PyTorch, the reference and the submission, interleaved.
 
-Run by the parent (`grader.timing.run_timing`) as ``python -I grader/child_timing.py JOB_JSON`` in
+Run by the parent (`grader.timing.run_timing`) as ``python -I grader/child_timing.py REPO JOB`` in
 a private copy of the submitted tree, through `grader.sandbox.run_child`. It reports raw samples
 and check numbers over the result channel; the parent computes every statistic and verdict.
 
@@ -92,21 +92,9 @@ class CheckFailure(Exception):
 
 
 def _read_job() -> dict[str, Any]:
-    if len(sys.argv) != 2:
-        raise SystemExit(f"usage: {sys.argv[0]} JOB_JSON (got {len(sys.argv) - 1} arguments)")
-    return json.loads(sys.argv[1])
-
-
-class Channel:
-    """The result channel (``GRADER_CHANNEL_FD``), or stdout when run by hand."""
-
-    def __init__(self) -> None:
-        fd = os.environ.get("GRADER_CHANNEL_FD")
-        self._file = os.fdopen(int(fd), "w", buffering=1) if fd else sys.stdout
-
-    def send(self, event: str, **fields: Any) -> None:
-        self._file.write(json.dumps({"event": event, **fields}, default=str) + "\n")
-        self._file.flush()
+    if len(sys.argv) != 3:
+        raise SystemExit(f"usage: {sys.argv[0]} REPO JOB_JSON_PATH (got {sys.argv[1:]})")
+    return json.loads(Path(sys.argv[2]).read_text())
 
 
 # ----------------------------------------------------------------------------- guards
@@ -454,8 +442,8 @@ def _device_facts(torch: Any) -> dict[str, Any]:
     return facts
 
 
-def _hide_reference(prefixes: tuple[str, ...]) -> None:
-    """Drop the reference's modules and the repository root from the import system."""
+def _hide_modules(prefixes: tuple[str, ...]) -> None:
+    """Drop the modules under ``prefixes`` and the repository root from the import system."""
     for name in list(sys.modules):
         if any(name == p or name.startswith(p + ".") for p in prefixes):
             del sys.modules[name]
@@ -472,16 +460,19 @@ def _label(shape: dict[str, Any]) -> str:
 
 def main() -> int:
     job = _read_job()
-    channel = Channel()
-    workspace = Path(job["workspace"]).resolve()
+    workspace = Path.cwd().resolve()
     sys.path.insert(0, str(REPO_ROOT))
 
     import torch
 
+    from grader.sandbox import ChannelWriter, ChildExit
+
+    channel = ChannelWriter()
+
     timers = TimerGuard.capture(torch)
     if not torch.cuda.is_available():
         channel.send("failure", kind="harness", reason="no CUDA device in the timing child")
-        return 1
+        return ChildExit.HARNESS_ERROR
     torch.cuda.init()
     channel.send("hello", device=_device_facts(torch), pid=os.getpid())
 
@@ -519,8 +510,10 @@ def main() -> int:
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
 
-    if ref_module.split(".")[0] == "reference":
-        _hide_reference(("reference",))
+    # The grader's, the task's and the reference's modules leave sys.modules and the repository
+    # leaves sys.path: an import of them by the submission must go to the files, where the audit
+    # hook sees it. This harness keeps the classes it needs in local variables.
+    _hide_modules(("reference", "grader", "task"))
     guard = Guard(workspace, (REPO_ROOT / "grader", REPO_ROOT / "reference"),
                   on_finding=lambda f: channel.send("finding", rule=f.rule, phase=f.phase,
                                                     message=f.message))
@@ -529,6 +522,7 @@ def main() -> int:
 
     load0 = _PERF_COUNTER()
     sys.path.insert(0, str(workspace))
+    sys.dont_write_bytecode = True
     try:
         with guard.phase("load", log_ops=False):
             import solution  # type: ignore[import-not-found]
@@ -539,7 +533,7 @@ def main() -> int:
             tb = traceback.format_exc()[-4000:]
         channel.send("failure", kind="load", reason=f"importing the submission raised {exc!r}",
                      traceback=tb)
-        return 2
+        return ChildExit.SUBMISSION_ERROR
     channel.send("loaded", seconds=_PERF_COUNTER() - load0)
 
     try:
@@ -549,20 +543,20 @@ def main() -> int:
                         block_args)
     except Violation as exc:
         channel.send("failure", kind="rule", rule=exc.rule, reason=str(exc))
-        return 4
+        return ChildExit.RULE_VIOLATION
     except CheckFailure as exc:
         channel.send("failure", kind="check", reason=str(exc))
-        return 0
+        return ChildExit.OK
     except torch.cuda.OutOfMemoryError as exc:
         channel.send("failure", kind="oom", reason=f"out of GPU memory: {exc}"[:2000])
-        return 3
+        return ChildExit.OUT_OF_MEMORY
     except Exception as exc:
         with guard.trusted():
             tb = traceback.format_exc()[-4000:]
         channel.send("failure", kind="crash", reason=f"the step raised {exc!r}", traceback=tb)
-        return 2
+        return ChildExit.SUBMISSION_ERROR
     channel.send("done")
-    return 0
+    return ChildExit.OK
 
 
 class _Phase:
@@ -587,7 +581,7 @@ def _raise_findings(guard: Any) -> None:
 
 
 def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, Any],
-                channel: Channel, guard: Any, timers: TimerGuard, base: Baseline, timer: Timer,
+                channel: Any, guard: Any, timers: TimerGuard, base: Baseline, timer: Timer,
                 flush: Callable[[], None], make: Callable[[type, dict[str, Any]], Any],
                 plain_cls: type, ref_cls: type, sub_cls: type, budget: dict[str, float],
                 block_args: dict[str, Any]) -> None:

@@ -67,7 +67,9 @@ def as_samples(values: Sequence[float], name: str) -> np.ndarray:
     bad = ~(np.isfinite(arr) & (arr > 0))
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"{name}: sample {i} is {arr[i]!r}; every time must be finite and > 0")
+        raise ValueError(
+            f"{name}: sample {i} is {float(arr[i])!r}; every time must be finite and > 0"
+        )
     return arr
 
 

@@ -1,0 +1,137 @@
+"""Score mapping and per-shape verdicts of the timing phase (grader/timing.py, SPEC §4–§5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from grader import plausibility
+from grader.config import Score, Shape, load_config
+from grader.timing import RawShape, TimingStatus, analyze_shape, task_score
+
+SCORE = load_config().score
+H200 = plausibility.peak_bandwidth("NVIDIA H200", 3201.0, 6144)
+SHAPE = Shape(batch=32, length=4096, dilation=1, dtype="float32")
+ROUNDS = 40
+
+
+def raw(plain: float, ref: float, sub: float, *, shape: Shape = SHAPE, noise: float = 0.01,
+        seed: int = 0, tail: float = 0.02, util: float = 0.1, parent_s: float | None = None,
+        rounds: int = ROUNDS) -> RawShape:
+    rng = np.random.default_rng(seed)
+    drift = 1 + 0.1 * np.sin(np.arange(rounds))  # shared by the three blocks of a round
+    windows = {n: list(t * drift * (1 + noise * rng.standard_normal(rounds)))
+               for n, t in (("plain", plain), ("ref", ref), ("sub", sub))}
+    total = sum(sum(v) for v in windows.values()) / 1e3
+    return RawShape(
+        shape=shape,
+        window_ms=windows,
+        tail_ms={n: [tail] * rounds for n in windows},
+        host_ms={n: [w + 0.05 for w in v] for n, v in windows.items()},
+        util={n: dict.fromkeys(("forward", "grad_x", "conv.weight", "fc1.weight",
+                                "fc2.weight"), util) for n in ("ref", "sub")},
+        slack=1.5,
+        parent_s=total + 1.0 if parent_s is None else parent_s,
+    )
+
+
+def verdict(r: RawShape):
+    return analyze_shape(r, SCORE, H200, channels=128, expansion=2, rounds=len(r.window_ms["sub"]))
+
+
+# ------------------------------------------------------------------ the score function (SPEC §5)
+
+
+def test_plain_scores_zero_and_slower_than_plain_clamps_at_zero() -> None:
+    assert SCORE.shape_score(1.0, 3.0) == 0.0
+    assert SCORE.shape_score(0.5, 3.0) == 0.0
+
+
+@pytest.mark.parametrize("g", [1.5, 3.0, 8.0])
+def test_reference_scores_ln_g_over_ln_1_1g_and_beating_it_by_10pc_scores_one(g: float) -> None:
+    assert SCORE.shape_score(g, g) == pytest.approx(math.log(g) / math.log(1.1 * g))
+    assert SCORE.shape_score(1.1 * g, g) == pytest.approx(1.0)
+
+
+def test_cap_and_min_target() -> None:
+    assert SCORE.shape_score(1e9, 2.0) == SCORE.cap
+    # A reference slower than plain: the target is min_target, not margin·g.
+    assert SCORE.shape_score(1.1, 0.5) == pytest.approx(1.0)
+    assert SCORE.shape_score(math.nan, 2.0) == 0.0
+    assert SCORE.shape_score(math.inf, 2.0) == 0.0
+
+
+# ------------------------------------------------------------------ shape verdicts
+
+
+def test_reference_as_submission_scores_its_expectation_within_the_interval() -> None:
+    v = verdict(raw(10.0, 4.0, 4.0))
+    assert v.status is TimingStatus.OK
+    expected = math.log(2.5) / math.log(2.75)
+    assert v.timing.g == pytest.approx(2.5, rel=0.02)
+    assert v.timing.score == pytest.approx(expected, abs=0.03)
+    assert v.timing.score_ci[0] <= expected <= v.timing.score_ci[1]
+    assert v.timing.r_ci[0] <= v.timing.r <= v.timing.r_ci[1]
+
+
+def test_plain_as_submission_scores_zero() -> None:
+    v = verdict(raw(10.0, 4.0, 10.0))
+    assert v.status is TimingStatus.OK and v.timing.score == pytest.approx(0.0, abs=0.02)
+
+
+def test_below_the_bandwidth_floor_is_implausible() -> None:
+    floor = plausibility.floor_ms(
+        plausibility.step_bytes(batch=32, length=4096, channels=128, expansion=2,
+                                dtype="float32"), H200)
+    v = verdict(raw(10.0, 4.0, floor / 3, noise=0.0))
+    assert v.status is TimingStatus.IMPLAUSIBLE
+    assert "faster than physically possible" in v.timing.reason and v.timing.score == 0.0
+
+
+def test_more_time_than_the_parent_saw_pass_is_implausible() -> None:
+    v = verdict(raw(10.0, 4.0, 4.0, parent_s=0.1))
+    assert v.status is TimingStatus.IMPLAUSIBLE and "grader's clock" in v.timing.reason
+
+
+def test_event_window_longer_than_host_window_is_implausible() -> None:
+    r = raw(10.0, 4.0, 4.0)
+    r.host_ms["sub"][3] = r.window_ms["sub"][3] - 2.0
+    v = verdict(r)
+    assert v.status is TimingStatus.IMPLAUSIBLE and "host clock" in v.timing.reason
+
+
+def test_work_left_on_a_side_stream_breaks_a_rule() -> None:
+    v = verdict(raw(10.0, 4.0, 4.0, tail=3.5))
+    assert v.status is TimingStatus.RULE_BROKEN and "stream" in v.timing.reason
+
+
+@pytest.mark.parametrize("util", [1.6, math.inf, "nan", None])
+def test_timed_results_outside_the_budget_fail_the_check(util) -> None:
+    r = raw(10.0, 4.0, 4.0)
+    r.util["sub"]["grad_x"] = util
+    v = verdict(r)
+    assert v.status is TimingStatus.CHECK_FAILED and "grad_x" in v.timing.reason
+
+
+def test_a_missing_sample_is_a_grader_error() -> None:
+    r = raw(10.0, 4.0, 4.0)
+    r.window_ms["sub"].pop()
+    assert verdict(r).status is TimingStatus.GRADER_ERROR
+
+
+def test_task_score_is_the_weighted_mean_and_zero_if_any_shape_failed() -> None:
+    fp32 = verdict(raw(10.0, 4.0, 4.4))
+    bf16 = verdict(raw(10.0, 4.0, 10.0, shape=Shape(32, 4096, 1, "bfloat16")))
+    value, ci = task_score([fp32, bf16])
+    want = (2 * fp32.timing.score + 1 * bf16.timing.score) / 3
+    assert value == pytest.approx(want) and ci[0] <= value <= ci[1]
+    bad = verdict(raw(10.0, 4.0, 4.0, tail=3.5))
+    assert task_score([fp32, bad]) == (0.0, None)
+    assert task_score([]) == (0.0, None)
+
+
+def test_score_settings_are_the_yaml_ones() -> None:
+    assert isinstance(SCORE, Score)
+    assert (SCORE.margin, SCORE.min_target, SCORE.cap) == (1.1, 1.1, 3.0)
