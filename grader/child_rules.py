@@ -73,8 +73,16 @@ REDUCTION_OPS = frozenset(
      "cumsum", "amax", "amin", "aminmax", "max", "min", "var", "std", "var_mean", "std_mean"}
 )  # fmt: skip
 
-# Modules whose appearance means Dynamo/Inductor (torch.compile) ran in this process.
-COMPILER_MODULES = ("torch._dynamo", "torch._inductor")
+# Modules whose appearance means Dynamo/Inductor (torch.compile) compiled something in this
+# process. (Plain ``torch._dynamo`` is no sign: torch imports it lazily, e.g. when a dispatch
+# mode is active around an autograd.Function; the warm-up makes that happen before the baseline.)
+COMPILER_MODULES = (
+    "torch._inductor.codecache",
+    "torch._inductor.compile_fx",
+    "torch._dynamo.backends.inductor",
+    "torch._dynamo.repro.after_dynamo",
+    "torch._dynamo.convert_frame",
+)
 
 _PROCESS_EVENTS = frozenset(
     {"os.fork", "os.forkpty", "os.system", "os.posix_spawn", "os.spawn", "os.exec",
@@ -226,6 +234,18 @@ def _identities(watched: dict[str, Any]) -> dict[tuple[str, str], int]:
     return out
 
 
+def _dynamo_frames() -> int:
+    """Frames Dynamo has seen so far (0 if Dynamo's utils are not even loaded)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return 0
+    try:
+        return int(counters["frames"]["total"]) + int(counters["stats"]["calls_captured"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
 def _native_threads() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -274,6 +294,7 @@ class Guard:
         self.watched = _watched_objects()
         self.baseline_ids = _identities(self.watched)
         self.baseline_modules = set(sys.modules)
+        self.baseline_dynamo = _dynamo_frames()
         self.baseline_threads = {t.ident for t in threading.enumerate()}
         self.baseline_native = _native_threads()
 
@@ -388,9 +409,17 @@ class Guard:
     # ------------------------------------------------------------------ phases
 
     @contextlib.contextmanager
-    def phase(self, name: str, *, log_ops: bool = True) -> Iterator[PhaseRecord]:
+    def phase(
+        self, name: str, *, log_ops: bool = True, rng_may_change: bool = False
+    ) -> Iterator[PhaseRecord]:
         """Run submission code as phase ``name``; afterwards compare state, identities, threads
-        and modules with the baselines. Findings go to ``self.findings``."""
+        and modules with the baselines. Findings go to ``self.findings``.
+
+        Args:
+            name: Phase name for findings.
+            log_ops: Record aten ops (forward and backward; not needed for imports).
+            rng_may_change: The phase constructs a block, whose weight init draws from the RNG.
+        """
         record = PhaseRecord(name)
         self.phase_name = name
         self._record = record
@@ -403,6 +432,8 @@ class Guard:
                     self._add("dispatch-mode", "the grader's op log was not the active mode")
         finally:
             self._record = None
+            if rng_may_change:
+                self.rebaseline_rng()
             self.check_after(name)
 
     def check_after(self, name: str) -> None:
@@ -436,6 +467,17 @@ class Guard:
         for module in COMPILER_MODULES:
             if module in sys.modules and module not in self.baseline_modules:
                 self._add("compiler", f"{module} was imported (torch.compile / Dynamo / Inductor)")
+        frames = _dynamo_frames()
+        if frames > self.baseline_dynamo:
+            self._add("compiler", f"Dynamo compiled {frames - self.baseline_dynamo} frame(s)")
+
+    def rebaseline_rng(self) -> None:
+        """Accept the current RNG states: constructing a block draws its initial weights, as the
+        frozen block's constructor does; only forward and backward must leave RNG alone."""
+        state = _state()
+        for key in ("cpu_rng", "cuda_rng"):
+            if key in state:
+                self.baseline_state[key] = state[key]
 
     # ------------------------------------------------------------------ per-call checks
 

@@ -1,0 +1,311 @@
+"""Child harness of the correctness gate: imports the submission and runs it, item by item.
+
+Run by the parent (``grader/gate.py``) as ``python -I grader/child_gate.py REPO JOB`` in the
+child's copy of the submitted tree. It never sees the secret seed or any ground truth; it gets
+one item's inputs at a time as a file the parent writes just before it says ``go``, and leaves
+the outputs as a file the parent loads and checks. Protocol:
+
+    child  → parent (channel): ready | item_start | item_done | item_failed | finding | fatal
+    parent → child  (stdin):   "go <index>\\n" | "end\\n"
+
+What the child *claims* (``item_done``) decides nothing: the parent checks the files.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# -I keeps the script's directory off sys.path; the harness imports the grader from the repo
+# root given on the command line, then takes the root off again before the submission runs.
+REPO = Path(sys.argv[1]).resolve()
+sys.path.insert(0, str(REPO))
+
+import inspect  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from grader.child_rules import Finding, Guard  # noqa: E402
+from grader.sandbox import ChannelWriter, ChildExit  # noqa: E402
+from task.model import DilatedResidualBlock as FrozenBlock  # noqa: E402
+
+PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@triton.jit
+def _warmup_kernel(ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(ptr + offs, tl.load(ptr + offs, mask=offs < n) + 1.0, mask=offs < n)
+
+
+class _WarmupFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = torch.empty_like(x).copy_(x)
+        _warmup_kernel[(triton.cdiv(out.numel(), 64),)](out, out.numel(), BLOCK=64)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = torch.empty_like(grad).copy_(grad)
+        _warmup_kernel[(triton.cdiv(out.numel(), 64),)](out, out.numel(), BLOCK=64)
+        return out
+
+
+def _warm_up(device: torch.device) -> None:
+    """Create the threads, pools, contexts and lazy imports that torch and Triton make on first
+    use, before the baselines: what exists after this is not the submission's doing. It runs
+    what a submission's step runs: the frozen block, and an autograd.Function launching a Triton
+    kernel, under a dispatch mode like the op log (that is when torch imports Dynamo)."""
+    from grader.child_rules import _OpLog
+
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        block = FrozenBlock(16, dilation=2).to(device)
+        x = torch.randn(4, 512, 16, device=device, requires_grad=True)
+        with _OpLog([]):
+            out = block(_WarmupFunction.apply(x))
+        with _OpLog([]):
+            out.backward(torch.randn_like(x))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return "out of memory" in text or "can't allocate memory" in text
+
+
+def _is_cuda_fault(exc: BaseException) -> bool:
+    text = str(exc)
+    return "CUDA error" in text or "device-side assert" in text or "illegal memory" in text
+
+
+class Harness:
+    """One gate child: the guard, the channel, the submission class, the loop over items."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.workdir = Path.cwd()
+        self.device = torch.device(job["device"])
+        self.channel = ChannelWriter()
+        self.guard = Guard(
+            self.workdir,
+            tuple(Path(d) for d in job["forbidden_dirs"]),
+            on_finding=self._send_finding,
+        )
+        self.frozen_signature = [
+            (p.name, p.default) for p in inspect.signature(FrozenBlock.__init__).parameters.values()
+        ]
+        self.block_cls: Any = None
+
+    def _send_finding(self, finding: Finding) -> None:
+        self.channel.send(
+            "finding", rule=finding.rule, phase=finding.phase, message=finding.message
+        )
+
+    def _error_text(self, exc: BaseException) -> str:
+        with self.guard.trusted():
+            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        text = "".join(lines)
+        return text[-3000:]
+
+    # ------------------------------------------------------------------ load
+
+    def load(self) -> None:
+        """Import ``solution`` and check the constructor's signature."""
+        # The grader and task packages leave sys.modules and sys.path: an import of them by the
+        # submission must go to the files, where the audit hook sees it.
+        for name in list(sys.modules):
+            if name.split(".")[0] in ("grader", "task"):
+                del sys.modules[name]
+        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO]
+        sys.path.insert(0, str(self.workdir))
+        sys.dont_write_bytecode = True
+        try:
+            with self.guard.phase("load", log_ops=False):
+                module = __import__("solution")
+                self.block_cls = module.DilatedResidualBlock
+        except BaseException as exc:  # noqa: BLE001 - any failure of submission code is data
+            self.channel.send("load_failed", error=self._error_text(exc), oom=_is_oom(exc))
+            self._exit(ChildExit.OUT_OF_MEMORY if _is_oom(exc) else ChildExit.SUBMISSION_ERROR)
+        try:
+            params = inspect.signature(self.block_cls.__init__).parameters.values()
+            signature = [(p.name, p.default) for p in params]
+        except (TypeError, ValueError) as exc:
+            signature = [("<no signature>", str(exc))]
+        if signature != self.frozen_signature:
+            self.guard._add(
+                "constructor-signature",
+                f"DilatedResidualBlock.__init__ takes {signature}, the frozen block "
+                f"{self.frozen_signature}",
+            )
+
+    # ------------------------------------------------------------------ items
+
+    def run(self) -> None:
+        self.channel.send("ready", device=str(self.device))
+        for line in sys.stdin:
+            command = line.split()
+            if not command or command[0] == "end":
+                break
+            index = int(command[1])
+            item = self.job["items"][index]
+            self.channel.send("item_start", index=index, name=item["name"])
+            start = time.monotonic()
+            before = len(self.guard.findings)
+            try:
+                self.run_item(index, item)
+            except BaseException as exc:  # noqa: BLE001
+                oom, fault = _is_oom(exc), _is_cuda_fault(exc)
+                self.channel.send(
+                    "item_failed",
+                    index=index,
+                    error=self._error_text(exc),
+                    oom=oom,
+                    cuda_fault=fault,
+                    exit_call=isinstance(exc, SystemExit | KeyboardInterrupt),
+                )
+                if oom:
+                    self._exit(ChildExit.OUT_OF_MEMORY)
+                if fault:
+                    # A CUDA fault poisons the context: every later item would fail too.
+                    self._exit(ChildExit.SUBMISSION_ERROR)
+                continue
+            self.channel.send("item_done", index=index, wall_s=time.monotonic() - start)
+            if len(self.guard.findings) > before and self.job.get("stop_on_violation", True):
+                self._exit(ChildExit.RULE_VIOLATION)
+        self._exit(ChildExit.OK)
+
+    def _load_inputs(self, index: int) -> dict[str, torch.Tensor]:
+        path = self.workdir / ".grader" / f"in-{index}.pt"
+        with self.guard.trusted():
+            data = torch.load(path, weights_only=True)
+            path.unlink()
+        return data
+
+    def _build(self, item: dict[str, Any], data: dict[str, torch.Tensor]) -> torch.nn.Module:
+        name = item["name"]
+        dtype = DTYPES[item["dtype"]]
+        with self.guard.phase(f"construct:{name}", log_ops=False, rng_may_change=True):
+            block = self.block_cls(**item["block"])
+            block = block.to(device=self.device, dtype=dtype)
+        state = block.state_dict()
+        shapes = {k: tuple(v.shape) for k, v in state.items()}
+        expected = {k: tuple(data[k].shape) for k in PARAM_KEYS}
+        if shapes != expected:
+            self.guard._add(
+                "state-dict", f"state dict {shapes} differs from the frozen block's {expected}"
+            )
+            raise RuntimeError(f"state dict {shapes} differs from the frozen block's {expected}")
+        with self.guard.phase(f"construct:{name}", log_ops=False):
+            block.load_state_dict({k: data[k].to(self.device) for k in PARAM_KEYS}, strict=True)
+        self.guard.check_module(block)
+        return block
+
+    def _step(
+        self, block: torch.nn.Module, x: torch.Tensor, grad_out: torch.Tensor, name: str
+    ) -> tuple[Any, dict[str, Any]]:
+        """One rule-checked forward and backward; returns the output and facts about it."""
+        activation = x.numel()
+        with self.guard.phase(f"forward:{name}") as fwd:
+            out = block(x)
+        meta: dict[str, Any] = {"type": f"{type(out).__module__}.{type(out).__qualname__}"}
+        self.guard.check_ops(fwd, activation)
+        self.guard.check_launches(fwd)
+        if type(out) is not torch.Tensor:
+            meta["is_tensor"] = False
+            return None, meta
+        meta.update(
+            is_tensor=True,
+            shape=list(out.shape),
+            dtype=str(out.dtype).removeprefix("torch."),
+            device=str(out.device),
+            requires_grad=bool(out.requires_grad),
+        )
+        if out.requires_grad:
+            self.guard.check_autograd(out, x, block)
+            with self.guard.phase(f"backward:{name}") as bwd:
+                out.backward(grad_out)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize()
+            self.guard.check_ops(bwd, activation)
+            self.guard.check_launches(bwd)
+        else:
+            self.guard._add("no-autograd-function", f"the output of {name} has no grad_fn")
+        return out, meta
+
+    def run_item(self, index: int, item: dict[str, Any]) -> None:
+        data = self._load_inputs(index)
+        block = self._build(item, data)
+        x = data["x"].to(self.device).requires_grad_(True)
+        grad_out = data["grad_out"].to(self.device)
+        params = dict(block.named_parameters())
+        result: dict[str, Any] = {}
+        if item["kind"] == "drift":
+            lr = item["lr"]
+            for step in range(item["steps"]):
+                out, meta = self._step(block, x, grad_out, f"{item['name']}/step{step}")
+                if out is None:
+                    break
+                # The update is the harness's, in place (same storage, new values), rounded once
+                # from fp64 as the oracle's trajectory is.
+                with torch.no_grad():
+                    for key in PARAM_KEYS:
+                        p = params[key]
+                        if p.grad is None:
+                            raise RuntimeError(f"step {step}: {key} has no gradient")
+                        p.copy_((p.double() - lr * p.grad.double()).to(p.dtype))
+                        p.grad = None
+                x.grad = None
+            result["params_final"] = {k: params[k].detach().cpu().clone() for k in PARAM_KEYS}
+        else:
+            out, meta = self._step(block, x, grad_out, item["name"])
+            if out is not None:
+                result["out"] = out.detach().cpu().clone()
+                grads = {"grad_x": x.grad}
+                grads.update({f"grad_{k.split('.')[0]}": params[k].grad for k in PARAM_KEYS})
+                meta["grads_missing"] = sorted(k for k, g in grads.items() if g is None)
+                meta["grad_types"] = {k: type(g).__name__ for k, g in grads.items()}
+                for key, grad in grads.items():
+                    if type(grad) is torch.Tensor:
+                        result[key] = grad.detach().cpu().clone()
+                        meta[f"{key}_device"] = str(grad.device)
+        result["x_after"] = x.detach().cpu().clone()
+        if item["kind"] != "drift":
+            result["params_after"] = {k: params[k].detach().cpu().clone() for k in PARAM_KEYS}
+        result["meta"] = json.dumps(meta)
+        with self.guard.trusted():
+            torch.save(result, self.workdir / ".grader" / f"out-{index}.pt")
+
+    def _exit(self, code: ChildExit) -> None:
+        self.channel.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(code))
+
+
+def main() -> None:
+    job = json.loads(Path(sys.argv[2]).read_text())
+    harness = Harness(job)
+    _warm_up(harness.device)
+    harness.guard.install()
+    harness.load()
+    harness.run()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:  # noqa: BLE001 - a harness bug is reported as such, not hidden
+        traceback.print_exc()
+        os._exit(int(ChildExit.HARNESS_ERROR))
