@@ -1,0 +1,295 @@
+"""One grade, end to end: export the committed tree, gate it, time it, write the verdict.
+
+    workspace ──export (commit)──▶ private tree ──static scan (advisory)
+                                        │
+                                        ▼
+                     gate child (all cases, rules at run time) ──▶ files ──▶ fp64 checks here
+                                        │ passed, on a GPU
+                                        ▼
+                     timing (grader/timing.py, if present) ──▶ score
+
+The secret seed is drawn here, fresh per grade, and never leaves this process. On a machine
+without a GPU the gate runs on the CPU through the Triton interpreter, on the smoke cases, and the
+report says plainly what was not checked (status ``checked_untimed``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import os
+import platform
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy
+import torch
+import triton
+
+from grader.config import DEFAULT_PATH, ScoringConfig, load_config
+from grader.gate import GateResult, build_items, progress_bar, run_gate
+from grader.report import (
+    GradeReport,
+    RuleFinding,
+    Status,
+    SystemInfo,
+    TimingReport,
+)
+from grader.sandbox import ChildExit, ChildLimits, Outcome
+from grader.static_scan import scan_tree
+from grader.workspace import SubmissionError, export_submission
+
+_MAX_REASONS = 12
+
+
+@dataclass(frozen=True)
+class GradeOptions:
+    """How to grade.
+
+    Attributes:
+        rev: The commit to grade.
+        profile: Timing profile (default: the GPU's).
+        gpu: GPU index; None picks GPU 0 when CUDA is available, else the CPU path.
+        cpu: Force the CPU path (Triton interpreter, smoke cases) even with a GPU.
+        config_path: `scoring.yaml` to use.
+        progress: Draw a progress bar on stderr.
+        keep_dir: Keep the private directory (exported tree, child's files) for debugging.
+    """
+
+    rev: str = "HEAD"
+    profile: str | None = None
+    gpu: int | None = None
+    cpu: bool = False
+    config_path: Path = DEFAULT_PATH
+    progress: bool = True
+    keep_dir: bool = False
+
+
+def system_info(gpu: int | None) -> SystemInfo:
+    """Versions and device of the grading environment."""
+    info = dict(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        triton=triton.__version__,
+        numpy=numpy.__version__,
+        platform=platform.platform(),
+        hostname=socket.gethostname(),
+    )
+    if gpu is None:
+        return SystemInfo(device="cpu (triton interpreter)", **info)
+    name = uuid = driver = None
+    try:
+        from grader import telemetry
+
+        dev = telemetry.device_info(index=gpu)
+        name, uuid, driver = dev.name, dev.uuid, dev.driver
+    except Exception:  # noqa: BLE001 - telemetry is optional; torch can still name the GPU
+        pass
+    if name is None:
+        name = torch.cuda.get_device_name(gpu)
+    return SystemInfo(device=f"cuda:{gpu}", gpu_name=name, gpu_uuid=uuid, driver=driver,
+                      cuda=torch.version.cuda, **info)  # fmt: skip
+
+
+def _pick_gpu(options: GradeOptions) -> int | None:
+    if options.cpu:
+        return None
+    if options.gpu is not None:
+        return options.gpu
+    return 0 if torch.cuda.is_available() else None
+
+
+def _gate_status(gate: GateResult) -> tuple[Status, list[str]]:
+    """Status and reasons from the gate: rules, then the child's end, then case failures."""
+    child = gate.child
+    findings = list(gate.findings)
+    failed = [c for c in gate.cases if not c.passed]
+    failed_reasons = [f"{c.name}: {c.reason}" for c in failed]
+    if gate.load_error:
+        last = gate.load_error.strip().splitlines()[-1] if gate.load_error.strip() else "error"
+        oom = child.outcome is Outcome.OUT_OF_MEMORY
+        status = Status.OUT_OF_MEMORY if oom else Status.LOAD_FAILED
+        return status, [f"importing solution.py failed: {last}"]
+    if findings:
+        return Status.RULE_BROKEN, [f"{f.rule} ({f.phase}): {f.message}" for f in findings]
+    if child.outcome is Outcome.TOO_MANY_TASKS:
+        return Status.RULE_BROKEN, [f"new-thread: the child {child.detail}"]
+    where = next((c.name for c in gate.cases if "the child died here" in c.reason), None)
+    at = f" in {where}" if where else ""
+    if child.outcome is Outcome.TIMED_OUT:
+        return Status.TIMED_OUT, [f"the gate child {child.detail}{at}", *failed_reasons]
+    oom_case = next((c for c in gate.cases if "out of memory" in c.reason.lower()), None)
+    if child.outcome is Outcome.OUT_OF_MEMORY or oom_case is not None:
+        detail = child.detail or (oom_case.reason if oom_case else "")
+        return Status.OUT_OF_MEMORY, [f"the gate child {detail}{at}", *failed_reasons]
+    crashed = [c for c in failed if c.reason.startswith(("the submission", "the child died"))]
+    if child.outcome is Outcome.SIGNALED or crashed:
+        signaled = child.outcome is Outcome.SIGNALED
+        why = [f"the gate child was {child.detail}{at}"] if signaled else []
+        return Status.CRASHED, [*why, *[f"{c.name}: {c.reason}" for c in crashed], *failed_reasons]
+    if child.outcome is Outcome.EXITED and child.exit_code not in (
+        ChildExit.RULE_VIOLATION, ChildExit.OK
+    ):
+        tail = child.stderr_tail.strip().splitlines()[-1:] or [""]
+        return Status.CRASHED, [f"the gate child {child.detail}{at} {tail[0]}".strip()]
+    if child.outcome is Outcome.SPAWN_FAILED:
+        return Status.GRADER_ERROR, [child.detail]
+    missing = len(gate.items) - len(gate.cases)
+    if missing:
+        return Status.CRASHED, [f"the gate child ended before {missing} of {len(gate.items)} "
+                                f"items ran ({_ended(child)})", *failed_reasons]  # fmt: skip
+    if failed:
+        return Status.GATE_FAILED, failed_reasons
+    return Status.SCORED, []
+
+
+def _ended(child) -> str:  # type: ignore[no-untyped-def]
+    return child.detail or "it exited with status 0 before finishing (os._exit or sys.exit)"
+
+
+def _not_checked(config: ScoringConfig, gpu: int | None, cases_run: int,
+                 drift_run: int) -> list[str]:  # fmt: skip
+    if gpu is not None:
+        return []
+    total = len(config.correctness.cases)
+    drift_total = len(config.correctness.drift.cases)
+    return [
+        "timing and score: no GPU (nothing was timed; the score needs a GPU run)",
+        f"correctness on {total - cases_run} of {total} cases and {drift_total - drift_run} of "
+        f"{drift_total} drift cases (a CPU run checks the smoke cases only)",
+        "rules on the GPU path (checked here on the CPU path, through the Triton interpreter)",
+        "compiled Triton: out-of-bounds accesses, races, device asserts and device-side faults "
+        "(the interpreter runs programs one by one and does not detect them)",
+    ]
+
+
+def _run_timing(sub_root: Path, config: ScoringConfig, options: GradeOptions,
+                gpu: int) -> TimingReport | None:  # fmt: skip
+    """Timing if the engine exists (grader/timing.py), else None."""
+    if importlib.util.find_spec("grader.timing") is None:
+        return None
+    from grader import timing
+
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    try:
+        return timing.run_timing(
+            sub_root, config, profile=options.profile,
+            progress=sys.stderr if options.progress else None,
+        )  # fmt: skip
+    finally:
+        if previous is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
+def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeReport:
+    """Grade the committed tree of ``workspace``; every outcome is a `GradeReport`.
+
+    Args:
+        workspace: A git repository holding ``solution.py`` at its root (at ``options.rev``).
+        options: How to grade.
+
+    Returns:
+        The report. Exceptions inside the grader become status ``grader_error``.
+    """
+    options = options or GradeOptions()
+    started = time.monotonic()
+    started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    config = load_config(options.config_path)
+    gpu = _pick_gpu(options)
+    system = system_info(gpu)
+    # Fresh per grade, from the OS; it lives only in this process's memory.
+    secret = int.from_bytes(os.urandom(8), "little") >> 1
+    workspace = Path(workspace)
+
+    def report(status: Status, reasons: list[str], **fields) -> GradeReport:  # type: ignore[no-untyped-def]
+        base = dict(
+            workspace=str(workspace.resolve()), commit="", tree="",
+            uncommitted_changes_ignored=False, checked=(), not_checked=(), cases=(),
+            max_utilisation=None, findings=(), system=system, started_at=started_at,
+        )  # fmt: skip
+        base.update(fields)
+        score = fields.pop("score", None)
+        base.pop("score", None)
+        if not status.passed:
+            score = 0.0
+        return GradeReport(status=status, score=score, reasons=tuple(reasons[:_MAX_REASONS]),
+                           wall_s=time.monotonic() - started, **base)  # fmt: skip
+
+    tmp = tempfile.mkdtemp(prefix="grade-")
+    os.chmod(tmp, 0o700)
+    private = Path(tmp)
+    try:
+        try:
+            sub = export_submission(workspace, private / "tree", config.limits, options.rev)
+        except SubmissionError as exc:
+            return report(Status.INVALID_SUBMISSION, [str(exc)], checked=("tree",))
+        static = scan_tree(sub.root)
+        common = dict(commit=sub.commit, tree=sub.tree,
+                      uncommitted_changes_ignored=sub.uncommitted_changes)  # fmt: skip
+
+        if gpu is None:
+            cases = config.smoke_cases()
+            drift = tuple(c for c in config.correctness.drift.cases if c.smoke)
+            env = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+            device, oracle_device = "cpu", "cpu"
+        else:
+            cases, drift = config.correctness.cases, config.correctness.drift.cases
+            env = {"CUDA_VISIBLE_DEVICES": str(gpu)}
+            device, oracle_device = "cuda:0", f"cuda:{gpu}"
+        items = build_items(cases, drift)
+        gate = run_gate(
+            sub.root, private / "gate", config, items, secret,
+            device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
+            progress=progress_bar() if options.progress else None, oracle_device=oracle_device,
+        )  # fmt: skip
+        status, reasons = _gate_status(gate)
+        utils = [c.max_utilisation for c in gate.cases if c.max_utilisation is not None]
+        findings: tuple[RuleFinding, ...] = (*gate.findings, *static)
+        checked = [
+            f"tree limits and export of commit {sub.commit[:12]}",
+            "static scan (advisory)",
+            f"run-time rules on {device}",
+            f"correctness: {len(gate.cases)} of {len(items)} items "
+            f"({len(cases)} cases, zero-weight identity, {len(drift)} drift cases)",
+        ]
+        not_checked = _not_checked(config, gpu, len(cases), len(drift))
+        fields = dict(common, checked=tuple(checked), not_checked=tuple(not_checked),
+                      cases=gate.cases, max_utilisation=max(utils) if utils else None,
+                      findings=findings)  # fmt: skip
+        if status is not Status.SCORED:
+            return report(status, reasons, **fields)
+        if gpu is None:
+            return report(Status.CHECKED_UNTIMED,
+                          ["correct on every smoke case; nothing was timed (no GPU)"], **fields)
+        timing = _run_timing(sub.root, config, options, gpu)
+        if timing is None:
+            fields["not_checked"] = ("timing: not implemented (no grader/timing.py)",)
+            return report(Status.CHECKED_UNTIMED, ["the gate passed; timing is not implemented"],
+                          **fields)  # fmt: skip
+        fields["checked"] = (*checked, f"timing, profile {timing.profile}")
+        if timing.status != "ok":
+            return report(Status.TIMING_FAILED, [f"timing: {timing.status}: {timing.reason}"],
+                          timing=timing, **fields)  # fmt: skip
+        return report(Status.SCORED, [], score=timing.score, timing=timing, **fields)
+    except Exception as exc:  # noqa: BLE001 - the grader's own failure is a report too
+        import traceback
+
+        detail = traceback.format_exc(limit=6)
+        return report(Status.GRADER_ERROR, [f"grader error: {exc!r}", detail])
+    finally:
+        if not options.keep_dir:
+            import shutil
+
+            shutil.rmtree(private, ignore_errors=True)
+        else:
+            print(f"kept {private}", file=sys.stderr)
+
+
+__all__ = ["GradeOptions", "grade", "system_info"]
