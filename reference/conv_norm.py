@@ -133,6 +133,8 @@ def _group_barrier(ARRIVE, group):
     others' partials visible. Waits only on programs with earlier or later tickets of the same
     example, all resident by the ticket order, so it cannot deadlock (see module docstring).
     """
+    # Every thread's partial stores must precede the (single-thread) releasing atomic.
+    tl.debug_barrier()
     arrived = tl.atomic_add(ARRIVE, 1, sem="release", scope="gpu") + 1
     while arrived < group:
         arrived = tl.atomic_add(ARRIVE, 0, sem="acquire", scope="gpu")
@@ -163,12 +165,13 @@ def _conv_norm_fwd_kernel(
     BLOCK_P: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_C: tl.constexpr,
-    BLOCK_G: tl.constexpr,  # next_pow2(group)
+    BLOCK_G: tl.constexpr,  # power of two ≥ group (see _block_g)
 ):
     """conv → per-example mean/rstd → yhat, one group of programs per example."""
+    # Tickets, not program ids, so a group's members start in order (see module docstring).
     ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
     b = ticket // group
-    member = ticket % group
+    member = (ticket % group).to(tl.int32)
     X_b = X + b * L * C
     shift = _example_shift(X_b, W, L, C, d)
 
@@ -263,9 +266,10 @@ def _conv_norm_bwd_kernel(
     BLOCK_G: tl.constexpr,
 ):
     """c1, c2 per example → dy → dx and per-program dw partials, one group per example."""
+    # Tickets, not program ids, so a group's members start in order (see module docstring).
     ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
     b = ticket // group
-    member = ticket % group
+    member = (ticket % group).to(tl.int32)
     X_b = X + b * L * C
     DYHAT_b = DYHAT + b * L * C
     mean = tl.load(MEAN + b)
@@ -413,6 +417,12 @@ def _group_size(requested: int, n_tiles: int, device: torch.device) -> int:
     return max(1, min(requested, n_tiles, device_info(device).sm_count))
 
 
+def _block_g(group: int) -> int:
+    """Width of the partials' combine: one value for every group up to 256 programs, so trying
+    another group size (a runtime argument) never compiles a new kernel."""
+    return max(256, next_pow2(group))
+
+
 def _resolve_plan(plan: Plan | None, x: torch.Tensor, dilation: int) -> Plan:
     if plan is not None:
         return plan
@@ -459,7 +469,7 @@ def conv_norm_forward(
         length, channels, dilation, eps,
         tiling["n_tiles"], tiling["n_cb"], tiling["n_pb"], group,
         BLOCK_P=tiling["BLOCK_P"], BLOCK_R=tiling["BLOCK_R"], BLOCK_C=tiling["BLOCK_C"],
-        BLOCK_G=next_pow2(group),
+        BLOCK_G=_block_g(group),
         num_warps=plan.fwd_num_warps, num_stages=plan.num_stages,
     )
     return yhat, mean, rstd
@@ -522,7 +532,7 @@ def conv_norm_backward(
         tiling["n_tiles"], tiling["n_cb"], tiling["n_pb"], group,
         HAS_RES=residual_grad is not None, SPLIT_C=split_c,
         BLOCK_P=tiling["BLOCK_P"], BLOCK_R=tiling["BLOCK_R"], BLOCK_C=tiling["BLOCK_C"],
-        BLOCK_G=next_pow2(group),
+        BLOCK_G=_block_g(group),
         num_warps=plan.bwd_num_warps, num_stages=plan.num_stages,
     )
     # Fixed-order fp32 sum over programs: deterministic (torch's reductions use no atomics).

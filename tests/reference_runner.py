@@ -110,8 +110,8 @@ def kernel_check(spec: dict[str, Any]) -> dict[str, float]:
 def block_check(spec: dict[str, Any]) -> dict[str, float]:
     """The reference block against the fp64 oracle on a scoring.yaml case.
 
-    Spec keys: case (name), seed (public), optional dtype (overrides the case's), optional
-    batch/length (override), optional plan, device (default "cpu").
+    Spec keys: case (name), seed (public), optional dtype, batch, length, dilation (override
+    the case's), optional plan, device (default "cpu").
     """
     import reference.conv_norm as cn
     from reference.block import DilatedResidualBlock
@@ -127,7 +127,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
         channels=case.channels, expansion=case.expansion, family=case.family, dtype=dtype,
         seed=derive_seed(spec["seed"]), device=device,
     )
-    block = DilatedResidualBlock(case.channels, case.dilation, case.expansion, case.eps,
+    dilation = spec.get("dilation", case.dilation)
+    block = DilatedResidualBlock(case.channels, dilation, case.expansion, case.eps,
                                  case.residual_scale).to(device=device, dtype=DTYPES[dtype])
     block.load_state_dict(inp.state_dict())
     block.plan = _plan(spec)
@@ -135,7 +136,7 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     out = block(x)
     out.backward(inp.grad_out)
     ref = oracle_step(inp.x, inp.conv_weight, inp.fc1_weight, inp.fc2_weight, inp.grad_out,
-                      dilation=case.dilation, eps=case.eps, residual_scale=case.residual_scale)
+                      dilation=dilation, eps=case.eps, residual_scale=case.residual_scale)
     budget = cfg.budget(dtype)
     return {
         "forward": _forward_util(out, ref.out, budget),

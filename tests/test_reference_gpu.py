@@ -1,0 +1,117 @@
+"""GPU tests of the reference kernels and block (compiled Triton, no interpreter).
+
+Skipped without CUDA (conftest). Every check stays within half of scoring.yaml's budget:
+- every correctness case (and drift case) of scoring.yaml, each seed, in every dtype;
+- kernel checks under explicit plans: multi-program groups (the per-example barrier, which the
+  CPU interpreter cannot run), split channels, several tile shapes;
+- production shapes on fresh random inputs;
+- the zero-weight identity, bit for bit;
+- determinism of the conv-tap gradient (and of dx) across runs.
+Every run poisons the buffers the launchers allocate (NaN), so an unwritten element fails.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+from reference_runner import block_check, identity_check, kernel_check
+
+from grader.config import load_config
+
+pytestmark = pytest.mark.gpu
+
+MAX_UTILISATION = 0.5
+DTYPES = ("float32", "bfloat16", "float16")
+CFG = load_config()
+ALL_CASES = [*CFG.correctness.cases, *CFG.correctness.drift.cases]
+
+
+def _fresh_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def assert_within(spec: dict[str, Any], result: dict[str, float]) -> None:
+    bad = {name: util for name, util in result.items() if not util <= MAX_UTILISATION}
+    assert not bad, f"{spec}: over {MAX_UTILISATION} of budget: {bad} (all: {result})"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
+def test_case_every_dtype(case: Any, dtype: str) -> None:
+    """Each scoring.yaml case and seed, run in each dtype against that dtype's budget."""
+    for seed in case.seeds:
+        spec = {"kind": "block", "case": case.name, "seed": seed, "dtype": dtype,
+                "device": "cuda"}
+        assert_within(spec, block_check(spec))
+
+
+GROUP_PLANS = [
+    {"fwd_group": 1, "bwd_group": 1},
+    {"fwd_group": 3, "bwd_group": 5},
+    {"fwd_group": 16, "bwd_group": 16},
+    {"fwd_group": 132, "bwd_group": 132},
+    {"fwd_group": 8, "bwd_group": 8, "block_c": 32},  # split channels
+    {"fwd_group": 8, "bwd_group": 8, "fwd_block_rows": 64, "bwd_block_rows": 8,
+     "fwd_num_warps": 8, "bwd_num_warps": 8},
+]
+KERNEL_SHAPES = [
+    (3, 4096, 128, 1),
+    (2, 4096, 128, 16),
+    (2, 8192, 128, 512),
+    (3, 1000, 100, 7),
+    (2, 129, 33, 200),
+    (4, 255, 128, 64),
+]
+
+
+@pytest.mark.parametrize("plan", GROUP_PLANS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_plans(plan: dict[str, int], dtype: str) -> None:
+    """Groups of 1 to 132 programs per example, split channels, other tiles; normal and offset."""
+    for batch, length, channels, dilation in KERNEL_SHAPES:
+        for family in ("normal", "offset"):
+            spec = {"kind": "kernel", "batch": batch, "length": length, "channels": channels,
+                    "dilation": dilation, "dtype": dtype, "family": family,
+                    "seed": _fresh_seed(), "plan": plan, "device": "cuda"}
+            assert_within(spec, kernel_check(spec))
+
+
+@pytest.mark.parametrize("shape", CFG.timing.profiles["h200"].shapes, ids=lambda s: s.label)
+def test_production_shapes_fresh_inputs(shape: Any) -> None:
+    """The h200 profile's shapes, fresh random inputs, the runtime plan (table or heuristic)."""
+    spec = {"kind": "block", "case": "c128-l4096-d16-b16", "seed": _fresh_seed(),
+            "dtype": shape.dtype, "batch": shape.batch, "length": shape.length,
+            "dilation": shape.dilation, "device": "cuda"}
+    assert_within(spec, block_check(spec))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_zero_weight_identity(dtype: str) -> None:
+    """fc weights zero ⇒ out == x and x.grad == grad_out bit for bit, other grads exactly 0."""
+    for batch, length, dilation in ((8, 4096, 1), (3, 129, 200)):
+        spec = {"batch": batch, "length": length, "channels": 128, "dilation": dilation,
+                "dtype": dtype, "seed": _fresh_seed(), "device": "cuda"}
+        result = identity_check(spec)
+        assert all(v == 0.0 for v in result.values()), (spec, result)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv_grad_deterministic(dtype: str) -> None:
+    """Two backward passes on the same inputs give bit-identical conv-tap gradients and dx."""
+    from reference.conv_norm import conv_norm
+
+    gen = torch.Generator().manual_seed(_fresh_seed())
+    x = torch.randn(16, 4096, 128, generator=gen).to("cuda", getattr(torch, dtype))
+    w = torch.randn(128, 1, 3, generator=gen).to("cuda", getattr(torch, dtype))
+    g = torch.randn(16, 4096, 128, generator=gen).to("cuda", getattr(torch, dtype))
+    grads = []
+    for _ in range(2):
+        xr = x.clone().requires_grad_()
+        wr = w.clone().requires_grad_()
+        conv_norm(xr, wr, 16, 1e-5).backward(g)
+        grads.append((xr.grad, wr.grad))
+    assert torch.equal(grads[0][1], grads[1][1])
+    assert torch.equal(grads[0][0], grads[1][0])
