@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -357,6 +358,7 @@ def run_timing(
     census: bool = True,
     python: str = sys.executable,
     on_child: Callable[[Any], None] | None = None,
+    triton_cache: Path | None = None,
 ) -> TimingReport:
     """Time a submission that passed the gate and score it (SPEC §4–§5).
 
@@ -371,6 +373,8 @@ def run_timing(
         census: Run the op log and Triton launch census on the submission's warm-up steps.
         python: Interpreter of the child.
         on_child: Called with the `grader.sandbox.ChildResult` (tests, debugging).
+        triton_cache: Share this Triton cache between children (tests and benchmarks only: a
+            grade compiles into its own private cache, so nothing carries over between grades).
 
     Returns:
         The `TimingReport`; every failure is status ≠ ok with score 0 and a reason.
@@ -378,13 +382,20 @@ def run_timing(
     from grader.sandbox import ChildLimits, run_child
 
     started = time.monotonic()
-    device = telemetry.device_info()
+    env: dict[str, str] = {}
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible  # the sandbox's environment allow-list drops it
+    if triton_cache is not None:
+        env["TRITON_CACHE_DIR"] = str(triton_cache)
+    nvml_index = int(visible) if visible is not None and visible.strip().isdigit() else 0
+    device = telemetry.device_info(index=nvml_index)
     name = profile or config.timing.profile_for_gpu(device.name or gpu_name)
     if name not in config.timing.profiles:
         raise ValueError(f"profile {name!r} is not one of {sorted(config.timing.profiles)}")
     prof = config.timing.profiles[name]
     if seed is None:
-        seed = int.from_bytes(__import__("os").urandom(4), "little")
+        seed = int.from_bytes(os.urandom(4), "little")
     listener = _Listener(prof.shapes, progress)
     with tempfile.TemporaryDirectory(prefix="timing-") as tmp:
         workdir = Path(tmp) / "work"
@@ -394,7 +405,7 @@ def run_timing(
                                             reference_module=reference_module, census=census)))
         limits = ChildLimits.from_phase(config.limits.timing)
         result = run_child(CHILD_SCRIPT, workdir, [str(REPO_ROOT), str(job_path)], limits,
-                           on_message=listener, python=python)
+                           env_extra=env, on_message=listener, python=python)
     if on_child is not None:
         on_child(result)
 

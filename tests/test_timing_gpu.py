@@ -1,0 +1,63 @@
+"""Timing regression corpus on a GPU: every exploit ends failed with its reason; controls pass.
+
+Each case is ``tests/corpus_timing/<name>/solution.py`` built on a copy of the reference (so the
+rule census passes and the timing defenses are what is exercised), with a docstring that says
+how it works and an ``Expected: <status> (<reason substring>)`` line.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from timing_workspace import (
+    CORPUS,
+    expected_verdict,
+    make_workspace,
+    small_profile,
+    with_profile,
+)
+
+from grader.config import load_config
+from grader.timing import run_timing
+
+CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "solution.py").exists())
+CONFIG = with_profile(load_config(), "corpus", small_profile())
+
+
+@pytest.fixture(scope="session")
+def triton_cache(tmp_path_factory):
+    # Kernels compile once for the whole corpus (a grade never shares its cache).
+    return tmp_path_factory.mktemp("triton-cache")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES)
+def test_corpus_case(case: str, tmp_path, triton_cache) -> None:
+    status, reason = expected_verdict(CORPUS / case)
+    ws = make_workspace(tmp_path / "ws", (CORPUS / case / "solution.py").read_text())
+    report = run_timing(ws, CONFIG, profile="corpus", progress=None, triton_cache=triton_cache)
+    summary = f"{report.status}: {report.reason} | {report.telemetry.get('child_stderr_tail')}"
+    assert report.status == status, summary
+    if reason is not None:
+        assert reason.lower() in report.reason.lower(), summary
+    if status != "ok":
+        assert report.score == 0.0 and report.reason
+        return
+    for shape in report.shapes:
+        assert shape.status == "ok", summary
+        assert shape.tail_ms is not None and shape.utilisation is not None
+    if case == "control_reference":
+        # The reference against itself: r ≈ g, and the score ≈ ln g / ln(1.1 g).
+        for shape in report.shapes:
+            assert shape.r / shape.g == pytest.approx(1.0, abs=0.1), summary
+            expected = math.log(shape.g) / math.log(1.1 * shape.g)
+            assert shape.score == pytest.approx(expected, abs=0.1), summary
+
+
+def test_every_case_declares_its_verdict() -> None:
+    """Runs without a GPU: the corpus is well-formed."""
+    assert len(CASES) >= 14
+    for case in CASES:
+        status, _ = expected_verdict(CORPUS / case)
+        assert status in {"ok", "rule_broken", "check_failed", "implausible"}, case
