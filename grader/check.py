@@ -44,7 +44,8 @@ from typing import Any
 from grader import worktree
 from grader.config import Case, ConfigError, ScoringConfig, load_config
 from grader.report import CaseResult, ExitCode, RuleFinding, Status, TimingReport
-from grader.sandbox import ChildLimits, Outcome
+from grader.sandbox import ChildLimits
+from grader.static_scan import scan_tree
 from grader.workspace import SubmissionError, export_submission
 
 PUBLISHED_PATH = Path(__file__).resolve().parent / "published_speedups.json"
@@ -175,7 +176,9 @@ class CheckReport:
         device: ``cuda:0`` or ``cpu (triton interpreter)``.
         items_total: Gate items planned (cases × public seeds, identity, drift).
         cases: The gate's per-case results (fewer than planned when it stopped early).
+        seeds: ``public`` (reproducible) or ``secret`` (mixed with a secret, as graded).
         findings: Run-time rule findings.
+        advisories: The grader's static tripwire (advisory, decides nothing).
         max_utilisation: Largest error/budget over every check (how close to failing).
         timing: The timing phase's report, if it ran.
         estimate: The estimated score, if timing ran.
@@ -193,9 +196,11 @@ class CheckReport:
     head: str | None
     uncommitted: tuple[str, ...]
     device: str
+    seeds: str = "public"
     items_total: int = 0
     cases: tuple[CaseResult, ...] = ()
     findings: tuple[RuleFinding, ...] = ()
+    advisories: tuple[RuleFinding, ...] = ()
     max_utilisation: float | None = None
     timing: TimingReport | None = None
     estimate: ScoreEstimate | None = None
@@ -333,37 +338,14 @@ def select_cases(
 
 
 def gate_verdict(result: Any) -> tuple[Status, tuple[str, ...]]:
-    """Status and reasons of a `grader.gate.GateResult` (load failure, rule, case, child death).
+    """Status and reasons of a `grader.gate.GateResult`, decided by the grader's own rule
+    (`grader.grade`); a pass is ``checked_untimed`` until timing has run."""
+    from grader.grade import _gate_status
 
-    The order follows SPEC §2–§3: a submission that does not load, or breaks a rule, fails for
-    that reason even where its numbers were right.
-    """
-    if result.load_error:
-        last = [line for line in result.load_error.strip().splitlines() if line.strip()]
-        return Status.LOAD_FAILED, (
-            f"importing or constructing solution.py failed: {last[-1] if last else 'error'}",
-        )
-    if result.findings:
-        return Status.RULE_BROKEN, tuple(
-            f"{f.rule} in {f.phase}: {f.message}" for f in result.findings
-        )
-    failed = [c for c in result.cases if not c.passed]
-    if failed:
-        return Status.GATE_FAILED, tuple(f"{c.name}: {c.reason}" for c in failed)
-    child = result.child
-    ran = len(result.cases)
-    if child.outcome is Outcome.TIMED_OUT:
-        return Status.TIMED_OUT, (f"the gate child {child.detail} after {ran} items",)
-    if child.outcome is Outcome.OUT_OF_MEMORY:
-        return Status.OUT_OF_MEMORY, (f"the gate child {child.detail}",)
-    if ran < len(result.items) or not child.ok:
-        tail = child.stderr_tail.strip().splitlines()
-        why = child.detail or "it stopped early"
-        return Status.CRASHED, (
-            f"the gate child ended after {ran} of {len(result.items)} items: {why}"
-            + (f"; last stderr line: {tail[-1]}" if tail else ""),
-        )
-    return Status.CHECKED_UNTIMED, ()
+    status, reasons = _gate_status(result)
+    if status is Status.SCORED:
+        return Status.CHECKED_UNTIMED, ()
+    return status, tuple(reasons)
 
 
 def _reproduce(item: Any) -> str:
@@ -382,15 +364,15 @@ def _reproduce(item: Any) -> str:
 # ----------------------------------------------------------------------------- the check
 
 
-def _device(gpu: int | None) -> tuple[str, dict[str, str]]:
-    """(device string for the child, extra child environment)."""
+def _device(gpu: int | None) -> tuple[str, str, dict[str, str]]:
+    """(child device, oracle device, extra child environment), as `grader.grade` picks them."""
     import torch
 
     if torch.cuda.is_available():
         index = 0 if gpu is None else gpu
-        return "cuda:0", {"CUDA_VISIBLE_DEVICES": str(index)}
+        return "cuda:0", f"cuda:{index}", {"CUDA_VISIBLE_DEVICES": str(index)}
     # The kernels must be decorated with the interpreter on: set before the child imports them.
-    return "cpu", {"TRITON_INTERPRET": "1"}
+    return "cpu", "cpu", {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def run_check(
@@ -404,6 +386,7 @@ def run_check(
     gpu: int | None = None,
     config: ScoringConfig | None = None,
     progress: Any = sys.stderr,
+    secret: int | None = None,
 ) -> CheckReport:
     """Check a workspace: export, gate on public seeds, then (on a GPU) timing and an estimate.
 
@@ -417,6 +400,8 @@ def run_check(
         gpu: GPU index.
         config: The scoring config; default the grader's ``scoring.yaml``.
         progress: Where progress lines go (None: silent).
+        secret: Mix this secret into every public seed, as a grade does (default: none, so
+            every failure reproduces from the public seed).
 
     Raises:
         WorktreeError: Not in a git workspace.
@@ -428,11 +413,12 @@ def run_check(
     config = config or load_config()
     root = worktree.find_root(workspace)
     where = worktree.state(root)
-    device, env_extra = _device(gpu)
+    device, oracle_device, env_extra = _device(gpu)
     on_gpu = device.startswith("cuda")
     shown_device = device if on_gpu else "cpu (triton interpreter)"
     chosen, drift = select_cases(config, mode, gpu=on_gpu, names=cases)
-    base = dict(mode=mode, workspace=str(root), head=where.head, device=shown_device)
+    base = dict(mode=mode, workspace=str(root), head=where.head, device=shown_device,
+                seeds="public" if secret is None else "secret")  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="grader-check-") as tmp:
         try:
@@ -447,19 +433,20 @@ def run_check(
                 uncommitted=where.changes, wall_s=time.monotonic() - started, **base,
             )  # fmt: skip
         items = build_items(chosen, drift)
-        limits = ChildLimits.from_phase(config.limits.gate, address_space=not on_gpu)
+        limits = ChildLimits.from_phase(config.limits.gate)
         if progress is not None:
             print(
                 f"gate ({mode.value}): {len(items)} items of {len(chosen) + len(drift)} cases, "
-                f"public seeds, on {shown_device}",
+                f"{'public' if secret is None else 'secret'} seeds, on {shown_device}",
                 file=progress,
                 flush=True,
             )
-        # secret=None: public seeds only (task.inputs.derive_seed), so failures reproduce.
+        # secret None: public seeds only (task.inputs.derive_seed), so failures reproduce.
         result = run_gate(
-            exported.root, Path(tmp) / "gate", config, items, None,  # type: ignore[arg-type]
+            exported.root, Path(tmp) / "gate", config, items, secret,  # type: ignore[arg-type]
             device=device, limits=limits, env_extra=env_extra,
             progress=progress_bar(progress) if progress is not None else None,
+            oracle_device=oracle_device,
         )  # fmt: skip
         status, reasons = gate_verdict(result)
         utils = [c.max_utilisation for c in result.cases if c.max_utilisation is not None]
@@ -467,14 +454,17 @@ def run_check(
         gate_part = dict(
             items_total=len(items), cases=result.cases, findings=result.findings,
             max_utilisation=max(utils) if utils else None,
-            reproduce={i.name: _reproduce(i) for i in items if i.name in failed},
+            advisories=scan_tree(exported.root),
+            reproduce={i.name: _reproduce(i) for i in items if i.name in failed}
+            if secret is None else {},
         )  # fmt: skip
         not_checked = []
         if mode is Mode.QUICK and not cases:
             not_checked.append(
                 "the other cases of scoring.yaml: quick mode (run --full before you submit)"
             )
-        not_checked.append("secret seeds: the check uses the public seeds only")
+        if secret is None:
+            not_checked.append("secret seeds: the check uses the public seeds only")
         timing = est = None
         if status is Status.CHECKED_UNTIMED:
             if not on_gpu:
@@ -572,7 +562,7 @@ def render(report: CheckReport) -> str:
     """The check for people: what was checked, each failure with both values, what to do."""
     lines = [
         f"checked: {report.source} of {report.workspace} on {report.device}, "
-        f"{report.mode.value} gate, public seeds"
+        f"{report.mode.value} gate, {report.seeds} seeds"
     ]
     if report.uncommitted:
         lines.append(
@@ -592,6 +582,9 @@ def render(report: CheckReport) -> str:
         )
     for f in report.findings:
         lines.append(f"RULE BROKEN  {f.rule} in {f.phase}: {f.message}")
+    for f in report.advisories:
+        lines.append(f"advisory (static scan, decides nothing): {f.rule} at {f.location}: "
+                     f"{f.message}")
     failed = [c for c in report.cases if not c.passed]
     for case in failed[:_SHOW_FAILED]:
         b, length, ch = case.shape
