@@ -926,10 +926,10 @@ def rotated(names: Sequence[str], round_index: int) -> list[str]:
     return [*names[k:], *names[:k]]
 
 
-def make_l2_flush(device: torch.device) -> Callable[[], None]:
+def make_l2_flush(device: torch.device, min_bytes: int = MIN_FLUSH_BYTES) -> Callable[[], None]:
     """A function that evicts the L2 by writing a buffer of at least twice its size."""
     l2 = device_info(device).l2_bytes
-    buf = torch.empty(max(2 * l2, MIN_FLUSH_BYTES) // 4, dtype=torch.int32, device=device)
+    buf = torch.empty(max(2 * l2, min_bytes) // 4, dtype=torch.int32, device=device)
 
     def flush() -> None:
         buf.zero_()
@@ -938,23 +938,49 @@ def make_l2_flush(device: torch.device) -> Callable[[], None]:
 
 
 def time_interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, warmup: int,
-                     flush: Callable[[], None]) -> dict[str, list[float]]:
+                     flush: Callable[[], None],
+                     prepare: Mapping[str, Callable[[], object]] | None = None,
+                     wall_clock: bool = False) -> dict[str, list[float]]:
     """Per-round times (ms) of each function: warm-up, then rounds in rotating order.
 
-    Each sample: flush L2, wait for the device, record a start event, run, record an end event,
-    wait for it. Everything outside the two events stays out of the sample.
+    Each sample: run its ``prepare`` (e.g. clear gradients), flush L2, wait for the device, record
+    a start event, run, record an end event, wait for it. Everything outside the two events stays
+    out of the sample.
+
+    Args:
+        fns: What to time, by name.
+        rounds: Samples per function.
+        warmup: Untimed runs of each function first.
+        flush: Evicts the L2.
+        prepare: Optional per-name setup run before each sample (and each warm-up run).
+        wall_clock: Time with ``time.perf_counter`` instead of CUDA events (CPU smoke runs only;
+            such numbers say nothing about a GPU).
     """
     names = list(fns)
+    prepare = prepare or {}
+
+    def setup(name: str) -> None:
+        if name in prepare:
+            prepare[name]()
+
     for _ in range(warmup):
         for name in names:
+            setup(name)
             fns[name]()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
+    if not wall_clock:
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for i in range(rounds):
         for name in rotated(names, i):
+            setup(name)
             flush()
+            if wall_clock:
+                t0 = time.perf_counter()
+                fns[name]()
+                samples[name].append((time.perf_counter() - t0) * 1e3)
+                continue
             torch.cuda.synchronize()
             start.record()
             fns[name]()

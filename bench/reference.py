@@ -1,0 +1,455 @@
+"""Benchmark the reference block against eager PyTorch and torch.compile, and its kernels
+against the copy roofline.
+
+For every timing shape of the chosen `scoring.yaml` profiles (default ``h200`` then ``l4``):
+
+1. **Full training step** (forward, then backward with a dense random upstream gradient, all four
+   gradients) of the frozen block in eager PyTorch (``task.model``), ``torch.compile`` of the
+   frozen block (default mode, static shapes; compile time measured on the first step and
+   reported apart, never in the step time) and the reference block (``reference.block``). The
+   reference is entered twice under two names, so the ratio of the two is the run's noise floor.
+2. **conv+norm kernels alone**, forward and backward separately, with the plan the reference
+   would pick (the frozen table, else the heuristic) and, where that differs, the heuristic plan,
+   next to a device-to-device copy of the same tensor size, all in the same rounds. Bandwidth
+   comes from a bytes model (SPEC §8):
+
+       forward   reads x, writes ŷ               2·N·e bytes
+       backward  reads dŷ, ŷ, x, writes dx       4·N·e bytes
+       copy      reads src, writes dst           2·N·e bytes
+
+   with N = B·L·C elements of e bytes (conv taps and per-example statistics are negligible).
+   The reference backward recomputes ŷ from x rather than reading it, so its own DRAM minimum is
+   3·N·e; the model's 4·N·e is what any implementation of the block's math is charged.
+
+Timing: CUDA events around each sample, warm-up first, L2 flushed before every sample (outside
+the window), interleaved rounds whose order rotates every round, medians with p20/p80, and a
+paired bootstrap interval for every ratio. Targets printed: reference step ≤ compile step on
+every h200-profile shape; conv+norm forward and backward each ≥ 70% of copy bandwidth.
+
+Usage (GPU)::
+
+    python bench/reference.py [--profiles h200,l4] [--rounds 20] [--out-dir bench/results]
+                              [--tag h200] [--deadline-s 150]
+
+``--smoke`` runs the smoke profile on the CPU through the Triton interpreter with wall-clock
+timing (set ``TRITON_INTERPRET=1`` first): it exercises the script, its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from grader.config import load_config  # noqa: E402
+from grader.stats import ratio_estimate  # noqa: E402
+from reference.plans import (  # noqa: E402
+    Plan,
+    device_info,
+    heuristic_plan,
+    plan_for,
+    shape_class,
+    table_for_gpu,
+)
+from reference.tune import make_l2_flush, quantiles, time_interleaved  # noqa: E402
+from task.inputs import DTYPES, make_inputs  # noqa: E402
+
+# Targets the reference must meet (SPEC §8).
+COPY_FRACTION_TARGET = 0.70
+# Bytes per element moved by each kernel, in units of N·e (see the module docstring).
+BYTES_MODEL = {"fwd": 2, "bwd": 4, "copy": 2}
+STEP_NAMES = ("eager", "compile", "reference", "reference_again")
+
+
+@dataclass(frozen=True)
+class BenchShape:
+    """One timed shape, with the profiles it belongs to."""
+
+    batch: int
+    length: int
+    dilation: int
+    dtype: str
+    profiles: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.dtype}:{self.batch}x{self.length}:d{self.dilation}"
+
+
+@dataclass
+class ShapeResult:
+    """Everything measured on one shape (times in ms)."""
+
+    shape: BenchShape
+    step: dict[str, dict[str, float]] = field(default_factory=dict)
+    ratios: dict[str, dict[str, float]] = field(default_factory=dict)
+    compile_s: float = float("nan")
+    kernels: dict[str, dict[str, float]] = field(default_factory=dict)
+    bandwidth_gbs: dict[str, float] = field(default_factory=dict)
+    copy_fraction: dict[str, float] = field(default_factory=dict)
+    plan: dict[str, int] = field(default_factory=dict)
+    plan_source: str = ""
+    heuristic: dict[str, int] = field(default_factory=dict)
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bench_shapes(profiles: Sequence[str]) -> list[BenchShape]:
+    """Timing shapes of the profiles, in profile order, each shape once."""
+    config = load_config()
+    seen: dict[tuple[int, int, int, str], list[str]] = {}
+    for name in profiles:
+        if name not in config.timing.profiles:
+            raise SystemExit(f"profile {name!r} is not one of {sorted(config.timing.profiles)}")
+        for s in config.timing.profiles[name].shapes:
+            seen.setdefault((s.batch, s.length, s.dilation, s.dtype), []).append(name)
+    return [BenchShape(b, l, d, dt, tuple(p)) for (b, l, d, dt), p in seen.items()]
+
+
+def model_bytes(kind: str, numel: int, element_size: int) -> int:
+    """Bytes the bytes model charges a kernel (``fwd``, ``bwd`` or ``copy``)."""
+    return BYTES_MODEL[kind] * numel * element_size
+
+
+def _ratio(samples: dict[str, list[float]], num: str, den: str) -> dict[str, float]:
+    est = ratio_estimate(samples[num], samples[den])
+    return {"value": est.value, "ci_low": est.ci.low, "ci_high": est.ci.high}
+
+
+# ----------------------------------------------------------------------------- full step
+
+
+def _step(block: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        block(x).backward(grad)
+
+    return run
+
+
+def _clear(block: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        block.zero_grad(set_to_none=True)
+        x.grad = None
+
+    return run
+
+
+def measure_steps(shape: BenchShape, channels: int, device: torch.device, rounds: int,
+                  warmup: int, flush: Callable[[], None], wall_clock: bool,
+                  with_compile: bool) -> tuple[dict[str, list[float]], float]:
+    """Per-round step times of eager, compile and reference (twice); compile seconds."""
+    from reference.block import DilatedResidualBlock as ReferenceBlock
+    from task.model import DilatedResidualBlock as FrozenBlock
+
+    cfg = load_config().block
+    dtype = DTYPES[shape.dtype]
+    inputs = make_inputs(batch=shape.batch, length=shape.length, channels=channels,
+                         expansion=cfg.expansion, family="normal", dtype=shape.dtype, seed=1,
+                         device=device)
+
+    def build(cls: type) -> torch.nn.Module:
+        block = cls(channels, shape.dilation, cfg.expansion, cfg.eps, cfg.residual_scale)
+        block = block.to(device, dtype)
+        block.load_state_dict(inputs.state_dict())
+        return block
+
+    blocks: dict[str, torch.nn.Module] = {"eager": build(FrozenBlock)}
+    reference = build(ReferenceBlock)
+    blocks["reference"] = blocks["reference_again"] = reference
+    compile_s = float("nan")
+    if with_compile:
+        torch._dynamo.reset()  # each shape compiles from a clean state: compile time is its own
+        blocks["compile"] = torch.compile(build(FrozenBlock))
+    leaves = {name: inputs.x.clone().requires_grad_(True) for name in blocks}
+    fns = {name: _step(block, leaves[name], inputs.grad_out) for name, block in blocks.items()}
+    prepare = {name: _clear(block, leaves[name]) for name, block in blocks.items()}
+    if with_compile:
+        prepare["compile"]()
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        sync()
+        t0 = time.perf_counter()
+        fns["compile"]()  # the first step compiles forward and backward graphs
+        sync()
+        compile_s = time.perf_counter() - t0
+    order = [n for n in STEP_NAMES if n in fns]
+    samples = time_interleaved({n: fns[n] for n in order}, rounds, warmup, flush,
+                               prepare=prepare, wall_clock=wall_clock)
+    return samples, compile_s
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+def measure_kernels(shape: BenchShape, channels: int, device: torch.device, plans: dict[str, Plan],
+                    rounds: int, warmup: int, flush: Callable[[], None], wall_clock: bool
+                    ) -> dict[str, list[float]]:
+    """Per-round times of conv+norm forward and backward under each plan, and of a copy."""
+    from reference.conv_norm import conv_norm_backward, conv_norm_forward
+
+    dtype = DTYPES[shape.dtype]
+    gen = torch.Generator().manual_seed(2)
+    dims = (shape.batch, shape.length, channels)
+    x = torch.randn(dims, generator=gen).to(device, dtype)
+    w = (torch.rand((channels, 1, 3), generator=gen) - 0.5).to(device, dtype)
+    dyhat = torch.randn(dims, generator=gen).to(device, dtype)
+    dst = torch.empty_like(x)
+    eps = load_config().block.eps
+    fns: dict[str, Callable[[], object]] = {"copy": lambda: dst.copy_(x)}
+    for tag, plan in plans.items():
+        _, mean, rstd = conv_norm_forward(x, w, shape.dilation, eps, plan)
+        fns[f"fwd:{tag}"] = (lambda p=plan: conv_norm_forward(x, w, shape.dilation, eps, p))
+        fns[f"bwd:{tag}"] = (lambda p=plan, m=mean, r=rstd:
+                             conv_norm_backward(dyhat, x, w, m, r, shape.dilation, p))
+    return time_interleaved(fns, rounds, warmup, flush, wall_clock=wall_clock)
+
+
+def kernel_plans(shape: BenchShape, channels: int, device: torch.device
+                 ) -> tuple[dict[str, Plan], str]:
+    """The plan the reference picks (and whence), plus the heuristic's when it differs."""
+    dtype = DTYPES[shape.dtype]
+    info = device_info(device)
+    chosen = plan_for(device, dtype, shape.batch, shape.length, channels, shape.dilation)
+    heuristic = heuristic_plan(info, dtype, shape.batch, shape.length, channels, shape.dilation)
+    table = table_for_gpu(info.name) if device.type == "cuda" else None
+    cls = shape_class(shape.batch, shape.length, channels, shape.dilation)
+    source = "table" if table is not None and table.lookup(dtype, cls) is not None else "heuristic"
+    plans = {"ref": chosen}
+    if heuristic != chosen:
+        plans["heuristic"] = heuristic
+    return plans, source
+
+
+# ----------------------------------------------------------------------------- one shape
+
+
+def run_shape(shape: BenchShape, channels: int, device: torch.device, rounds: int, warmup: int,
+              flush: Callable[[], None], wall_clock: bool, with_compile: bool) -> ShapeResult:
+    """Both measurements of one shape, summarised."""
+    result = ShapeResult(shape)
+    steps, result.compile_s = measure_steps(shape, channels, device, rounds, warmup, flush,
+                                            wall_clock, with_compile)
+    result.step = {name: quantiles(v) for name, v in steps.items()}
+    result.ratios["eager/reference"] = _ratio(steps, "eager", "reference")
+    result.ratios["noise reference/reference_again"] = _ratio(steps, "reference",
+                                                              "reference_again")
+    if "compile" in steps:
+        result.ratios["compile/reference"] = _ratio(steps, "compile", "reference")
+        result.ratios["eager/compile"] = _ratio(steps, "eager", "compile")
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+    plans, result.plan_source = kernel_plans(shape, channels, device)
+    result.plan = plans["ref"].to_dict()
+    if "heuristic" in plans:
+        result.heuristic = plans["heuristic"].to_dict()
+    kernels = measure_kernels(shape, channels, device, plans, rounds, warmup, flush, wall_clock)
+    result.kernels = {name: quantiles(v) for name, v in kernels.items()}
+    numel = shape.batch * shape.length * channels
+    elt = torch.empty((), dtype=DTYPES[shape.dtype]).element_size()
+    for name, q in result.kernels.items():
+        kind = name.split(":")[0]
+        result.bandwidth_gbs[name] = model_bytes(kind, numel, elt) / (q["median"] * 1e-3) / 1e9
+    for name, gbs in result.bandwidth_gbs.items():
+        if name != "copy":
+            result.copy_fraction[name] = gbs / result.bandwidth_gbs["copy"]
+    if "heuristic" in plans:
+        for kind in ("fwd", "bwd"):
+            result.ratios[f"{kind} heuristic/ref plan"] = _ratio(kernels, f"{kind}:heuristic",
+                                                                 f"{kind}:ref")
+    return result
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def targets(results: Sequence[ShapeResult]) -> dict[str, Any]:
+    """The two targets of SPEC §8, per shape and overall."""
+    compile_ok = {r.shape.label: r.ratios["compile/reference"]["value"] >= 1.0
+                  for r in results if "h200" in r.shape.profiles and not r.error
+                  and "compile/reference" in r.ratios}
+    roofline_ok = {r.shape.label: min(r.copy_fraction["fwd:ref"], r.copy_fraction["bwd:ref"])
+                   >= COPY_FRACTION_TARGET for r in results if not r.error}
+    return {
+        "reference_le_compile_on_h200_shapes": all(compile_ok.values()) if compile_ok else None,
+        "reference_le_compile_per_shape": compile_ok,
+        f"conv_norm_ge_{COPY_FRACTION_TARGET:.0%}_copy": (all(roofline_ok.values())
+                                                         if roofline_ok else None),
+        "conv_norm_per_shape": roofline_ok,
+    }
+
+
+def _fmt(q: dict[str, float] | None) -> str:
+    if not q:
+        return "–"
+    return f"{q['median']:.3f} ({q['p20']:.3f}–{q['p80']:.3f})"
+
+
+def _fmt_ratio(r: dict[str, float] | None) -> str:
+    if not r:
+        return "–"
+    return f"{r['value']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+
+
+def markdown(meta: dict[str, Any], results: Sequence[ShapeResult], skipped: Sequence[str]) -> str:
+    """The report as a markdown document."""
+    lines = [f"# Reference benchmark ({meta['gpu']})", ""]
+    lines += [f"- {k}: {v}" for k, v in meta.items() if k not in ("targets",)]
+    lines += ["", "## Full training step (ms: median (p20–p80)); ratios: median [95% CI]", "",
+              "| shape | profiles | eager | compile | reference | reference again | "
+              "eager/ref | compile/ref | noise ref/ref | compile s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        if r.error:
+            lines.append(f"| {r.shape.label} | {','.join(r.shape.profiles)} | error: {r.error} |"
+                         " | | | | | | |")
+            continue
+        lines.append(
+            f"| {r.shape.label} | {','.join(r.shape.profiles)} | {_fmt(r.step.get('eager'))} | "
+            f"{_fmt(r.step.get('compile'))} | {_fmt(r.step.get('reference'))} | "
+            f"{_fmt(r.step.get('reference_again'))} | "
+            f"{_fmt_ratio(r.ratios.get('eager/reference'))} | "
+            f"{_fmt_ratio(r.ratios.get('compile/reference'))} | "
+            f"{_fmt_ratio(r.ratios.get('noise reference/reference_again'))} | "
+            f"{r.compile_s:.1f} |")
+    lines += ["", "## conv+norm kernels alone (bytes model: fwd 2·N·e, bwd 4·N·e, copy 2·N·e)", "",
+              "| shape | plan | fwd ms | fwd GB/s | fwd % copy | bwd ms | bwd GB/s | bwd % copy | "
+              "copy GB/s | heuristic fwd ms | heuristic bwd ms |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        if r.error:
+            continue
+        k, bw, fr = r.kernels, r.bandwidth_gbs, r.copy_fraction
+        heur = ("–", "–") if not r.heuristic else (_fmt(k.get("fwd:heuristic")),
+                                                    _fmt(k.get("bwd:heuristic")))
+        lines.append(
+            f"| {r.shape.label} | {r.plan_source} | {_fmt(k['fwd:ref'])} | {bw['fwd:ref']:.0f} | "
+            f"{fr['fwd:ref']:.0%} | {_fmt(k['bwd:ref'])} | {bw['bwd:ref']:.0f} | "
+            f"{fr['bwd:ref']:.0%} | {bw['copy']:.0f} | {heur[0]} | {heur[1]} |")
+    t = meta.get("targets", {})
+    lines += ["", "## Targets (SPEC §8)", ""]
+    lines += [f"- {k}: {v}" for k, v in t.items()]
+    if skipped:
+        lines += ["", f"Not run (deadline): {', '.join(skipped)}"]
+    return "\n".join(lines) + "\n"
+
+
+def run_meta(device: torch.device, command: str, args: argparse.Namespace) -> dict[str, Any]:
+    """GPU, versions, date, command and method."""
+    import triton
+
+    info = device_info(device)
+    table = table_for_gpu(info.name) if device.type == "cuda" else None
+    meta: dict[str, Any] = {
+        "gpu": info.name,
+        "sm_count": info.sm_count,
+        "l2_mib": info.l2_bytes >> 20,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command,
+        "method": (f"{args.rounds} interleaved rounds after {args.warmup} warm-up runs, order "
+                   "rotated each round, L2 flushed before every sample, "
+                   + ("wall clock (CPU smoke: meaningless)" if args.smoke else "CUDA events")
+                   + "; medians with p20–p80; ratios are medians of per-round paired ratios "
+                   "with 95% bootstrap CIs"),
+        "plan_table": table.meta if table is not None else "none (heuristic plans)",
+    }
+    if device.type == "cuda":
+        from grader import telemetry
+
+        gpu = telemetry.device_info()
+        meta.update(uuid=gpu.uuid, driver=gpu.driver, max_sm_clock_mhz=gpu.max_sm_clock_mhz,
+                    max_memory_clock_mhz=gpu.max_memory_clock_mhz,
+                    state_before=telemetry.snapshot("before").to_dict())
+    return meta
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--profiles", default="h200,l4")
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--tag", help="file stem suffix: reference-<tag>.md/json (default: GPU tag)")
+    p.add_argument("--deadline-s", type=float, default=float("inf"),
+                   help="start no new shape after this many seconds")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--smoke", action="store_true",
+                   help="CPU smoke run through the Triton interpreter (numbers are meaningless)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    command = "python bench/reference.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.smoke:
+        device, profiles, wall_clock = torch.device("cpu"), ["smoke"], True
+    elif torch.cuda.is_available():
+        device, profiles, wall_clock = torch.device("cuda"), args.profiles.split(","), False
+    else:
+        raise SystemExit("bench/reference.py needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1)")
+    channels = load_config().block.channels
+    flush = make_l2_flush(device, min_bytes=(8 << 20) if args.smoke else 256 << 20)
+    tag = args.tag or ("smoke" if args.smoke else device_info(device).name.split()[-1].lower())
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = args.out_dir / f"reference-{tag}.json"
+    md_path = args.out_dir / f"reference-{tag}.md"
+    meta = run_meta(device, command.strip(), args)
+    results: list[ShapeResult] = []
+    skipped: list[str] = []
+    start = time.monotonic()
+    for shape in bench_shapes(profiles):
+        if time.monotonic() - start > args.deadline_s:
+            skipped.append(shape.label)
+            print(f"deadline: {shape.label} not run", flush=True)
+            continue
+        t0 = time.monotonic()
+        try:
+            result = run_shape(shape, channels, device, args.rounds, args.warmup, flush,
+                               wall_clock, not args.no_compile)
+        except Exception as exc:  # noqa: BLE001 - one broken shape must not lose the others
+            result = ShapeResult(shape, error=repr(exc)[:300])
+        results.append(result)
+        print(f"{shape.label}: {time.monotonic() - t0:.1f} s "
+              + (f"ERROR {result.error}" if result.error else
+                 f"eager {result.step['eager']['median']:.3f} ms, "
+                 f"compile {result.step.get('compile', {}).get('median', float('nan')):.3f} ms, "
+                 f"reference {result.step['reference']['median']:.3f} ms; conv+norm fwd "
+                 f"{result.copy_fraction['fwd:ref']:.0%} bwd {result.copy_fraction['bwd:ref']:.0%}"
+                 " of copy"), flush=True)
+        meta["targets"] = targets(results)
+        # Written after every shape: a run stopped by its time limit keeps what it measured.
+        json_path.write_text(json.dumps({"meta": meta, "results": [r.to_json() for r in results],
+                                         "skipped": skipped}, indent=1, default=str) + "\n")
+        md_path.write_text(markdown(meta, results, skipped))
+    meta["targets"] = targets(results)
+    if device.type == "cuda":
+        from grader import telemetry
+
+        meta["state_after"] = telemetry.snapshot("after").to_dict()
+    json_path.write_text(json.dumps({"meta": meta, "results": [r.to_json() for r in results],
+                                     "skipped": skipped}, indent=1, default=str) + "\n")
+    md_path.write_text(markdown(meta, results, skipped))
+    print(md_path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
