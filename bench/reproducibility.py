@@ -60,7 +60,8 @@ def expected_score(report: TimingReport, config) -> float:
 
 def summarize(runs: list[TimingReport], config) -> dict:
     ok = [r for r in runs if r.status == "ok"]
-    out: dict = {"runs": len(runs), "ok_runs": len(ok)}
+    out: dict = {"runs": len(runs), "ok_runs": len(ok), "wall_s": [r.wall_s for r in runs],
+                 "statuses": [f"{r.status}: {r.reason}" for r in runs]}
     if not ok:
         return out
     scores = [r.score for r in ok]
@@ -88,7 +89,6 @@ def summarize(runs: list[TimingReport], config) -> dict:
         checks.append({"score": r.score, "expected": want, "ci": r.score_ci,
                        "within_ci": r.score_ci[0] <= want <= r.score_ci[1]})
     out["reference_expectation"] = checks
-    out["wall_s"] = [r.wall_s for r in runs]
     return out
 
 
@@ -121,6 +121,19 @@ def markdown(summary: dict, meta: dict) -> str:
                          f"expected {c['expected']:.4f}: "
                          f"{'within' if c['within_ci'] else 'OUTSIDE'} the interval")
     return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, meta: dict, runs: list[TimingReport], config,
+                  gpu_name: str | None) -> dict:
+    """Write the JSON and markdown of the runs so far; return the summary."""
+    summary = summarize(runs, config)
+    gpu = (gpu_name or "nogpu").replace("NVIDIA ", "").replace(" ", "-")
+    stem = out / f"reproducibility-{gpu}-{meta['profile']}-{meta['date'][:10]}"
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"meta": meta, "summary": summary, "reports": [_to_jsonable(r) for r in runs]},
+        indent=1, default=str, allow_nan=True) + "\n")
+    stem.with_suffix(".md").write_text(markdown(summary, meta))
+    return summary
 
 
 def main() -> int:
@@ -161,13 +174,11 @@ def main() -> int:
             runs.append(report)
             print(f"run {i + 1}/{args.runs}: {report.status} score {report.score:.4f} "
                   f"{report.score_ci} wall {report.wall_s:.1f} s {report.reason}", flush=True)
-    summary = summarize(runs, config)
+            # Written after every run: a run cut short by a time limit keeps what it measured.
+            summary = write_results(args.out, meta, runs, config, device.name)
+    summary = write_results(args.out, meta, runs, config, device.name)
     gpu = (device.name or "nogpu").replace("NVIDIA ", "").replace(" ", "-")
     stem = args.out / f"reproducibility-{gpu}-{args.profile}-{meta['date'][:10]}"
-    stem.with_suffix(".json").write_text(json.dumps(
-        {"meta": meta, "summary": summary, "reports": [_to_jsonable(r) for r in runs]},
-        indent=1, default=str, allow_nan=True) + "\n")
-    stem.with_suffix(".md").write_text(markdown(summary, meta))
     if runs:
         (args.out / f"{stem.name}-table.txt").write_text(render_table(runs[-1]) + "\n")
         if plot_speedups(runs[-1], args.out / f"{stem.name}.png", config.score) is None:

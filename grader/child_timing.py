@@ -540,6 +540,11 @@ def main() -> int:
     warm.new_values()
     for name in ("plain", "ref"):
         warm.step(name)
+    # Once more under a dispatch mode like the guard's op log: that is when torch imports Dynamo
+    # (and patches torch.manual_seed) for an autograd.Function; it must happen before baselines.
+    from grader.child_rules import _OpLog
+
+    warm.step("ref", around=_OpLog([]))
     del warm
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -695,10 +700,11 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
     check_heavy(torch, base, allowed, held)
     channel.send("shape_done", index=index, label=label, samples=samples, util=util,
                  slack=PLAIN_SLACK, held_mb=held / 2**20)
-    worst = max(util["sub"].values())
-    if not worst <= PLAIN_SLACK:
-        raise CheckFailure(f"{label}: a timed step's result differs from plain PyTorch "
-                           f"(worst utilisation {worst:.3g} > {PLAIN_SLACK})")
+    worst_key = max(util["sub"], key=lambda k: util["sub"][k])
+    worst = util["sub"][worst_key]
+    if not worst <= PLAIN_SLACK:  # also catches NaN
+        raise CheckFailure(f"{label}: a timed step's {worst_key} differs from plain PyTorch "
+                           f"(utilisation {worst:.3g} > {PLAIN_SLACK})")
 
 
 if __name__ == "__main__":

@@ -24,8 +24,9 @@ class DilatedResidualBlock(_Reference):
             return out
         twin_key = (self.channels, self.dilation, self.expansion, x.dtype)
         if twin_key not in _TWIN:
-            _TWIN[twin_key] = _Reference(self.channels, self.dilation, self.expansion, self.eps,
-                                         self.residual_scale).to(x.device, x.dtype)
+            with torch.random.fork_rng(devices=[]):  # leave the global generator alone
+                _TWIN[twin_key] = _Reference(self.channels, self.dilation, self.expansion,
+                                             self.eps, self.residual_scale).to(x.device, x.dtype)
         twin = _TWIN[twin_key]
         twin.load_state_dict(_PACKED[key])
         with torch.no_grad():
