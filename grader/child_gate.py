@@ -259,15 +259,20 @@ class Harness:
                     break
                 # The update is the harness's, in place (same storage, new values), rounded once
                 # from fp64 as the oracle's trajectory is.
+                missing = [k for k in PARAM_KEYS if type(params[k].grad) is not torch.Tensor]
+                if missing:
+                    meta["grads_missing"] = [f"{k} (step {step})" for k in missing]
+                    break
                 with torch.no_grad():
                     for key in PARAM_KEYS:
                         p = params[key]
-                        if p.grad is None:
-                            raise RuntimeError(f"step {step}: {key} has no gradient")
                         p.copy_((p.double() - lr * p.grad.double()).to(p.dtype))
                         p.grad = None
                 x.grad = None
-            result["params_final"] = {k: params[k].detach().cpu().clone() for k in PARAM_KEYS}
+            else:
+                result["params_final"] = {
+                    k: params[k].detach().cpu().clone() for k in PARAM_KEYS
+                }
         else:
             out, meta = self._step(block, x, grad_out, item["name"])
             if out is not None:

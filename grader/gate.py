@@ -282,8 +282,10 @@ def evaluate_item(
     if item.kind == "drift":
         final = data.get("params_final")
         if final is None:
-            return [*_meta_checks(meta, item, device),
-                    CheckResult("drift", False, detail="no final parameters")]  # fmt: skip
+            checks = _meta_checks(meta, item, device)
+            if all(ch.passed for ch in checks):
+                checks.append(CheckResult("drift", False, detail="no final parameters"))
+            return checks
         dev = torch.device(oracle_device)
         ref = oracle_sgd(
             inputs.x.to(dev),

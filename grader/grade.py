@@ -157,10 +157,15 @@ def _not_checked(config: ScoringConfig, gpu: int | None, cases_run: int,
         return []
     total = len(config.correctness.cases)
     drift_total = len(config.correctness.drift.cases)
+    skipped = []
+    if cases_run < total or drift_run < drift_total:
+        skipped.append(
+            f"correctness on {total - cases_run} of {total} cases and {drift_total - drift_run} "
+            f"of {drift_total} drift cases (a CPU run checks the smoke cases only)"
+        )
     return [
         "timing and score: no GPU (nothing was timed; the score needs a GPU run)",
-        f"correctness on {total - cases_run} of {total} cases and {drift_total - drift_run} of "
-        f"{drift_total} drift cases (a CPU run checks the smoke cases only)",
+        *skipped,
         "rules on the GPU path (checked here on the CPU path, through the Triton interpreter)",
         "compiled Triton: out-of-bounds accesses, races, device asserts and device-side faults "
         "(the interpreter runs programs one by one and does not detect them)",
@@ -219,7 +224,8 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
         base.pop("score", None)
         if not status.passed:
             score = 0.0
-        return GradeReport(status=status, score=score, reasons=tuple(reasons[:_MAX_REASONS]),
+        unique = tuple(dict.fromkeys(reasons))[:_MAX_REASONS]
+        return GradeReport(status=status, score=score, reasons=unique,
                            wall_s=time.monotonic() - started, **base)  # fmt: skip
 
     tmp = tempfile.mkdtemp(prefix="grade-")
