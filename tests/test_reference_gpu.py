@@ -41,7 +41,13 @@ def assert_within(spec: dict[str, Any], result: dict[str, float]) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
 def test_case_every_dtype(case: Any, dtype: str) -> None:
-    """Each scoring.yaml case and seed, run in each dtype against that dtype's budget."""
+    """Each scoring.yaml case and seed, run in each dtype against that dtype's budget.
+
+    The offset family runs in its own dtype only: scoring.yaml keeps it fp32, since bf16/fp16
+    round 1000 + N(0, 1) to a few values and the case then measures the rounding, not the kernel.
+    """
+    if case.family == "offset" and dtype != case.dtype:
+        pytest.skip(f"offset family is {case.dtype}-only in scoring.yaml")
     for seed in case.seeds:
         spec = {"kind": "block", "case": case.name, "seed": seed, "dtype": dtype,
                 "device": "cuda"}
