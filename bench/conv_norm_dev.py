@@ -19,6 +19,7 @@ overhead is hidden unless it exceeds the flush.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import itertools
 import json
@@ -135,6 +136,8 @@ def candidate_plans(quick: bool) -> list[Plan]:
         br, bw, bg = bwd[i % len(bwd)]
         plans.append(Plan(fwd_block_rows=fr, fwd_num_warps=fw, fwd_group=fg,
                           bwd_block_rows=br, bwd_num_warps=bw, bwd_group=bg))
+    # Does Triton's software pipelining help loops without a dot? Two plans again at depth 3.
+    plans += [dataclasses.replace(p, num_stages=3) for p in plans[1:3]]
     return plans
 
 
