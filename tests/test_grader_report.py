@@ -1,0 +1,70 @@
+"""Report types: JSON round trip, failure always carries 0 and a reason, exit codes by status."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from grader.report import (
+    CaseResult,
+    CheckResult,
+    ExitCode,
+    GradeReport,
+    RuleFinding,
+    Severity,
+    ShapeTiming,
+    Status,
+    SystemInfo,
+    TimingReport,
+    render_table,
+)
+
+SYSTEM = SystemInfo("cpu (triton interpreter)", "3.11", "2.13", "3.6", "2.3", "linux")
+
+
+def make(status: Status, score: float | None, reasons: tuple[str, ...] = ("why",), **kw):
+    base = dict(workspace="/w", commit="c" * 40, tree="t" * 40, uncommitted_changes_ignored=True,
+                checked=("gate",), not_checked=("timing",), cases=(), max_utilisation=None,
+                findings=(), system=SYSTEM)  # fmt: skip
+    base.update(kw)
+    return GradeReport(status=status, score=score, reasons=reasons, **base)
+
+
+def test_round_trip_with_everything() -> None:
+    case = CaseResult("c#1", "case", "float32", (1, 2, 3), 4, False,
+                      (CheckResult("forward", False, math.inf, 1.0, math.inf, "nan"),), None, "x")
+    report = make(
+        Status.GATE_FAILED, 0.0, cases=(case,),
+        findings=(RuleFinding("static:exit", Severity.ADVISORY, "static", "m", location="a:1"),),
+        timing=TimingReport(profile="smoke", shapes=(ShapeTiming("s", r_ci=(1.0, 2.0)),)),
+    )  # fmt: skip
+    text = report.to_json()
+    json.loads(text)  # strict JSON: inf is written as text
+    back = GradeReport.from_json(text)
+    assert back.cases[0].checks[0].error == math.inf
+    assert back.status is Status.GATE_FAILED and back.findings[0].severity is Severity.ADVISORY
+    assert back.timing.shapes[0].r_ci == (1.0, 2.0)
+    assert "gate_failed" in render_table(report)
+
+
+@pytest.mark.parametrize("status", [s for s in Status if not s.passed])
+def test_failures_are_zero_with_a_reason(status: Status) -> None:
+    assert make(status, 0.0).exit_code == ExitCode[status.name]
+    with pytest.raises(ValueError):
+        make(status, None)
+    with pytest.raises(ValueError):
+        make(status, 0.0, reasons=())
+
+
+def test_exit_codes_are_distinct() -> None:
+    codes = [ExitCode.for_status(s) for s in Status]
+    assert len(set(codes)) == len(codes)
+    assert ExitCode.SCORED == 0 and ExitCode.USAGE == 2
+
+
+def test_untimed_has_no_score_and_scored_needs_one() -> None:
+    assert make(Status.CHECKED_UNTIMED, None).score is None
+    with pytest.raises(ValueError):
+        make(Status.SCORED, None, reasons=())

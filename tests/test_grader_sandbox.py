@@ -1,0 +1,130 @@
+"""The child-process runner: every way a child can end is a typed outcome, never a hang or an
+exception in the parent. Real subprocesses, tiny scripts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.sandbox import ChildExit, ChildLimits, Outcome, run_child
+
+LIMITS = ChildLimits(wall_s=5, memory_mb=400, max_tasks=16, open_files=64)
+PRELUDE = """
+import json, os, sys, time
+channel = os.fdopen(int(os.environ["GRADER_CHANNEL_FD"]), "w", buffering=1)
+def send(**m):
+    channel.write(json.dumps(m) + "\\n")
+"""
+
+
+def run(tmp_path: Path, body: str, limits: ChildLimits = LIMITS, **kwargs):
+    script = tmp_path / "child.py"
+    script.write_text(PRELUDE + body)
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    return run_child(script, work, [], limits, **kwargs)
+
+
+def test_ok_with_messages_and_scrubbed_env(tmp_path: Path) -> None:
+    os.environ["GRADER_TEST_SECRET"] = "do-not-leak"
+    try:
+        r = run(tmp_path, "send(event='env', keys=sorted(os.environ), cwd=os.getcwd(), "
+                          "flags=sys.flags.isolated)")  # fmt: skip
+    finally:
+        del os.environ["GRADER_TEST_SECRET"]
+    assert r.outcome is Outcome.OK and r.exit_code == 0, r
+    (msg,) = r.messages
+    assert "GRADER_TEST_SECRET" not in msg["keys"]
+    assert msg["cwd"] == str(tmp_path / "work")
+    assert msg["flags"] == 1  # python -I
+
+
+def test_nonzero_exit(tmp_path: Path) -> None:
+    r = run(tmp_path, "sys.exit(7)")
+    assert r.outcome is Outcome.EXITED and r.exit_code == 7
+
+
+def test_child_reported_oom_exit_code(tmp_path: Path) -> None:
+    r = run(tmp_path, f"sys.exit({int(ChildExit.OUT_OF_MEMORY)})")
+    assert r.outcome is Outcome.OUT_OF_MEMORY
+
+
+def test_segfault_is_signaled(tmp_path: Path) -> None:
+    r = run(tmp_path, "import ctypes; ctypes.string_at(0)")
+    assert r.outcome is Outcome.SIGNALED and r.signal == signal.SIGSEGV
+    assert "SIGSEGV" in r.detail
+
+
+def test_hang_times_out(tmp_path: Path) -> None:
+    start = time.monotonic()
+    r = run(tmp_path, "send(event='before'); time.sleep(60)",
+            ChildLimits(wall_s=1.5, memory_mb=400))  # fmt: skip
+    assert r.outcome is Outcome.TIMED_OUT
+    assert time.monotonic() - start < 10
+    assert [m["event"] for m in r.messages] == ["before"]
+
+
+def test_memory_hog_is_killed(tmp_path: Path) -> None:
+    r = run(tmp_path, "hog = []\nwhile True: hog.append(bytearray(20 << 20))",
+            ChildLimits(wall_s=20, memory_mb=300))  # fmt: skip
+    assert r.outcome is Outcome.OUT_OF_MEMORY
+    assert r.peak_rss_mb > 300
+
+
+def test_thread_bomb_is_killed(tmp_path: Path) -> None:
+    body = "import threading\nfor _ in range(100):\n" \
+           "    threading.Thread(target=time.sleep, args=(20,), daemon=True).start()\n" \
+           "time.sleep(20)"  # fmt: skip
+    r = run(tmp_path, body, ChildLimits(wall_s=10, memory_mb=400, max_tasks=16))
+    assert r.outcome is Outcome.TOO_MANY_TASKS
+
+
+def test_escaped_grandchild_is_killed(tmp_path: Path) -> None:
+    body = """
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    time.sleep(60)
+    os._exit(0)
+send(event="forked", pid=pid)
+time.sleep(0.3)
+"""
+    r = run(tmp_path, body)
+    assert r.outcome is Outcome.OK
+    pid = r.messages[0]["pid"]
+    assert pid in r.leftover_pids
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_replies_reach_the_child(tmp_path: Path) -> None:
+    body = """
+for i in range(3):
+    send(event="ask", i=i)
+    send(event="got", line=sys.stdin.readline().strip())
+"""
+    r = run(tmp_path, body, on_message=lambda m: f"go {m['i']}\n" if m["event"] == "ask" else None)
+    assert [m["line"] for m in r.messages if m["event"] == "got"] == ["go 0", "go 1", "go 2"]
+
+
+def test_garbage_on_the_channel_is_dropped(tmp_path: Path) -> None:
+    r = run(tmp_path, "channel.write('not json\\n[1,2]\\n'); send(event='fine')")
+    assert [m["event"] for m in r.messages] == ["fine"]
+
+
+def test_open_files_limit(tmp_path: Path) -> None:
+    body = """
+files = []
+try:
+    for _ in range(200):
+        files.append(open(os.devnull))
+except OSError:
+    send(event="limited", n=len(files))
+"""
+    r = run(tmp_path, body)
+    assert r.messages and r.messages[0]["n"] < 64

@@ -1,0 +1,83 @@
+"""Export of the committed tree: HEAD or a given commit, limits, no symlinks, and no command of
+the workspace's choosing runs in the grader (filter drivers, fsmonitor, hooks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from grader_helpers import git, make_workspace
+
+from grader.config import load_config
+from grader.workspace import SubmissionError, export_submission
+
+LIMITS = load_config().limits
+
+
+def test_exports_head_and_flags_uncommitted(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "A = 1\n", "pkg/k.py": "B = 2\n"})
+    (ws / "solution.py").write_text("A = 'dirty'\n")
+    sub = export_submission(ws, tmp_path / "out", LIMITS)
+    assert (sub.root / "solution.py").read_text() == "A = 1\n"
+    assert (sub.root / "pkg" / "k.py").read_text() == "B = 2\n"
+    assert sub.uncommitted_changes
+    assert sorted(sub.files) == ["pkg/k.py", "solution.py"]
+    assert sub.commit == git(ws, "rev-parse", "HEAD")
+
+
+def test_clean_workspace_is_not_flagged(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "A = 1\n"})
+    assert not export_submission(ws, tmp_path / "out", LIMITS).uncommitted_changes
+
+
+def test_exports_an_older_commit(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "V = 1\n"})
+    first = git(ws, "rev-parse", "HEAD")
+    (ws / "solution.py").write_text("V = 2\n")
+    git(ws, "commit", "-qam", "two")
+    sub = export_submission(ws, tmp_path / "out", LIMITS, rev=first)
+    assert (sub.root / "solution.py").read_text() == "V = 1\n"
+
+
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({"other.py": "x"}, "no solution.py"),
+        ({"solution.py": "x", "big.bin": b"\0" * (5 << 20)}, "limit per file"),
+        ({"solution.py": "x", **{f"f{i}.py": "" for i in range(201)}}, "files; the limit"),
+    ],
+)
+def test_tree_limits(tmp_path: Path, files: dict, message: str) -> None:
+    ws = make_workspace(tmp_path / "ws", files)
+    with pytest.raises(SubmissionError, match=message):
+        export_submission(ws, tmp_path / "out", LIMITS)
+
+
+def test_symlink_is_refused(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "x"})
+    (ws / "link.py").symlink_to("/etc/passwd")
+    git(ws, "add", "link.py")
+    git(ws, "commit", "-qm", "link")
+    with pytest.raises(SubmissionError, match="symlinks"):
+        export_submission(ws, tmp_path / "out", LIMITS)
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(SubmissionError, match="no commit"):
+        export_submission(tmp_path / "plain", tmp_path / "out", LIMITS)
+
+
+def test_workspace_config_cannot_run_commands(tmp_path: Path) -> None:
+    """A smudge filter, an fsmonitor and hooks set by the workspace never run in the grader."""
+    marker = tmp_path / "pwned"
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "x = 1\n",
+                                          ".gitattributes": "*.py filter=evil\n"})  # fmt: skip
+    git(ws, "config", "filter.evil.smudge", f"sh -c 'touch {marker}; cat'")
+    git(ws, "config", "core.fsmonitor", f"sh -c 'touch {marker}'")
+    hooks = ws / ".git" / "hooks"
+    (hooks / "post-checkout").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (hooks / "post-checkout").chmod(0o755)
+    sub = export_submission(ws, tmp_path / "out", LIMITS)
+    assert (sub.root / "solution.py").read_text() == "x = 1\n"
+    assert not marker.exists()
