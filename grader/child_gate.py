@@ -74,6 +74,11 @@ def _warm_up(device: torch.device) -> None:
             out = block(_WarmupFunction.apply(x))
         with _OpLog([]):
             out.backward(torch.randn_like(x))
+        # Low-precision matmuls and a large CPU op (torch's intra-op thread pool).
+        for dtype in (torch.bfloat16, torch.float16):
+            a = torch.randn(64, 64, device=device, dtype=dtype, requires_grad=True)
+            (a @ a).sum().backward()
+        (torch.ones(1 << 20) + 1).sum()
     if device.type == "cuda":
         torch.cuda.synchronize()
 

@@ -246,11 +246,24 @@ def _dynamo_frames() -> int:
         return 0
 
 
-def _native_threads() -> int:
+# Native threads that the CUDA driver and torch create on first use of a feature (names as
+# /proc shows them); they are the runtime's, not the submission's.
+_RUNTIME_THREAD_PREFIXES = ("cuda", "pt_", "nvidia", "NVIDIA")
+
+
+def _native_threads() -> dict[int, str]:
+    """tid → name of every thread of this process."""
+    out: dict[int, str] = {}
     try:
-        return len(os.listdir("/proc/self/task"))
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            except OSError:
+                continue
+            out[int(tid)] = name
     except OSError:
-        return threading.active_count()
+        pass
+    return out
 
 
 class Guard:
@@ -333,7 +346,11 @@ class Guard:
             if getattr(guard, "_via_run", False):
                 guard._via_run = False
                 return
-            name = str(metadata.get().get("name", "?")) if metadata is not None else "?"
+            # An error here would surface in the submission's launch: never raise.
+            try:
+                name = str(metadata.get().get("name", "?")) if metadata is not None else "?"
+            except Exception:  # noqa: BLE001
+                name = "?"
             guard._record.launches.append(Launch(name, guard._kernel_files.get(name, "?")))
 
         with contextlib.suppress(AttributeError):
@@ -459,10 +476,17 @@ class Guard:
         for t in threading.enumerate():
             if t.ident not in self.baseline_threads and t.is_alive():
                 self._add("new-thread", f"Python thread {t.name!r} is running")
-        native = _native_threads()
-        if native > self.baseline_native:
+        new = {
+            tid: name
+            for tid, name in _native_threads().items()
+            if tid not in self.baseline_native and not name.startswith(_RUNTIME_THREAD_PREFIXES)
+        }
+        if new:
+            names = sorted(set(new.values()))
             self._add(
-                "new-thread", f"{native} native threads, {self.baseline_native} before the import"
+                "new-thread",
+                f"{len(new)} native thread(s) {names} running that were not there before the "
+                f"import ({len(self.baseline_native)} were)",
             )
         for module in COMPILER_MODULES:
             if module in sys.modules and module not in self.baseline_modules:
