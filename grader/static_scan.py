@@ -127,9 +127,12 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level == 0 and node.module:
+            before = len(self.found)
+            self._module(node, node.module)
             for alias in node.names:
                 self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-                self._module(node, f"{node.module}.{alias.name}")
+                if len(self.found) == before:  # e.g. ``from torch import _dynamo``
+                    self._module(node, f"{node.module}.{alias.name}")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
