@@ -271,9 +271,11 @@ def evaluate_item(
     config: ScoringConfig,
     device: str,
     oracle_device: str = "cpu",
+    inputs: BlockInputs | None = None,
 ) -> list[CheckResult]:
-    """All checks of one item, from the child's output file contents."""
-    inputs = item_inputs(item, secret)
+    """All checks of one item, from the child's output file contents (``inputs``: the item's
+    inputs if already drawn; else drawn again from the secret)."""
+    inputs = inputs if inputs is not None else item_inputs(item, secret)
     meta = json.loads(data["meta"]) if "meta" in data else {}
     budget = config.budget(item.case.dtype)
     c = item.case
@@ -379,6 +381,8 @@ class _Conversation:
         self.failed: dict[int, dict[str, Any]] = {}
         self.findings: list[RuleFinding] = []
         self.load_error = ""
+        # Inputs handed out, kept for the checks (drawing them again costs as much).
+        self.inputs: dict[int, BlockInputs] = {}
 
     def _send_next(self) -> str:
         if self.next >= len(self.items):
@@ -386,6 +390,7 @@ class _Conversation:
         item = self.items[self.next]
         self.next += 1
         inputs = item_inputs(item, self.secret)
+        self.inputs[item.index] = inputs
         data = {"x": inputs.x, "grad_out": inputs.grad_out, **inputs.state_dict()}
         torch.save(data, self.dir / f"in-{item.index}.pt")
         return f"go {item.index}\n"
@@ -486,7 +491,8 @@ def run_gate(
             continue
         try:
             data = torch.load(out_path, weights_only=True)
-            checks = evaluate_item(item, data, secret, config, device, oracle_device)
+            checks = evaluate_item(item, data, secret, config, device, oracle_device,
+                                   inputs=talk.inputs.pop(item.index, None))  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - a malformed output file fails the item
             cases.append(case_result(item, [], wall, f"unreadable output: {exc!r}"))
             continue
