@@ -705,6 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.USAGE)
     print(render(report))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
         print(f"report written to {os.path.abspath(args.json)}")
     return report.exit_code

@@ -364,6 +364,7 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
             if raw is None:
                 print(f"submission {record.id} has no report yet ({record.status.value})")
                 return EXIT_REFUSED
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps(json.loads(raw), indent=2) + "\n")
             print(f"report written to {os.path.abspath(args.json)}")
         return EXIT_OK
