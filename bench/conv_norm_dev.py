@@ -11,7 +11,7 @@ Bytes model (SPEC §8): forward reads x and writes ŷ (2 tensors); backward read
 writes dx (4 tensors). The backward here recomputes ŷ from x, so it moves 3; GB/s are reported
 on the SPEC model, so a number above the copy rate means fewer bytes moved, not a faster bus.
 
-Timing: each rep writes 256 MB to flush L2 first (outside the events), then events around the
+Timing: each rep writes 1 GiB to flush L2 first (outside the events), then events around the
 call; median of the reps. The flush keeps the GPU busy while the host launches, so host launch
 overhead is hidden unless it exceeds the flush.
 """
@@ -50,7 +50,9 @@ def timed(fn: Callable[[], object], reps: int = 20, warmup: int = 3) -> float:
     """Median milliseconds of fn over reps, L2 flushed before each."""
     global FLUSH
     if FLUSH is None:
-        FLUSH = torch.empty(64 * 2**20, dtype=torch.float32, device="cuda")
+        # 1 GiB: flushes L2 and keeps the GPU busy ~0.25 ms, longer than the host needs to
+        # launch the timed call, so host launch overhead stays out of kernel timings.
+        FLUSH = torch.empty(256 * 2**20, dtype=torch.float32, device="cuda")
     for _ in range(warmup):
         fn()
     times = []
@@ -232,6 +234,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--quick", action="store_true", help="fewer candidate plans")
+    parser.add_argument("--no-candidates", action="store_true",
+                        help="time only the heuristic and plan_for (table) plans")
     parser.add_argument("--block", action="store_true")
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--budget-s", type=float, default=400.0)
@@ -248,7 +252,8 @@ def main() -> None:
     print(f"copy: {result['copy_gbs']:.0f} GB/s", flush=True)
     plans: dict[str, Plan] = {}
     if args.sweep:
-        result["sweep"] = sweep(shapes, candidate_plans(args.quick), result["copy_gbs"])
+        candidates = [] if args.no_candidates else candidate_plans(args.quick)
+        result["sweep"] = sweep(shapes, candidates, result["copy_gbs"])
         plans = {s.label: best_plan(result["sweep"], s.label) for s in shapes}
         result["best_plans"] = {k: p.to_dict() for k, p in plans.items()}
     if args.block:

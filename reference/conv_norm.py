@@ -125,19 +125,22 @@ def _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d):
 
 @triton.jit
 def _example_shift(X_b, W, L, C, d, BLOCK_C: tl.constexpr):
-    """K = mean of y over row 0's first BLOCK_C channels: a value inside the example's range.
+    """K = mean of y over one row's first BLOCK_C channels: a typical value of the example.
 
-    Sums of (y − K)² then lose only a factor 1 + (mean − K)²/var of fp32 precision, small
-    whenever K lies within a few spreads of the mean; that factor is what the shift is for (a
-    plain E[y²] − E[y]² loses (mean/spread)², about 10⁶ for the offset family).
+    The row is l = d when all three taps of it are inside the example (2d < L; otherwise every
+    row is an edge row and any will do): an edge row misses a tap, and with a large common
+    offset its y sits a third of the offset away from the bulk. Tile sums of y − K then stay
+    small, so the tile means keep their digits.
     """
+    l_k = tl.minimum(d, tl.maximum(L - 1 - d, 0))
     cols = tl.arange(0, BLOCK_C)
     ok = cols < C
-    w1 = tl.load(W + cols * 3 + 1, mask=ok, other=0.0).to(tl.float32)
-    w2 = tl.load(W + cols * 3 + 2, mask=ok, other=0.0).to(tl.float32)
-    x_0 = tl.load(X_b + cols, mask=ok, other=0.0).to(tl.float32)
-    x_p = tl.load(X_b + d * C + cols, mask=ok & (d < L), other=0.0).to(tl.float32)
-    return tl.sum(w1 * x_0 + w2 * x_p) / tl.minimum(C, BLOCK_C)
+    w0, w1, w2 = _load_taps(W, cols, ok)
+    x_m = tl.load(X_b + (l_k - d) * C + cols, mask=ok & (l_k >= d), other=0.0).to(tl.float32)
+    x_0 = tl.load(X_b + l_k * C + cols, mask=ok, other=0.0).to(tl.float32)
+    x_p = tl.load(X_b + (l_k + d) * C + cols, mask=ok & (l_k + d < L), other=0.0)
+    y = w0 * x_m[None, :] + w1 * x_0[None, :] + w2 * x_p.to(tl.float32)[None, :]
+    return tl.sum(y) / tl.minimum(C, BLOCK_C)
 
 
 @triton.jit
@@ -191,23 +194,24 @@ def _conv_norm_fwd_kernel(
     X_b = X + b * L * C
     shift = _example_shift(X_b, W, L, C, d, BLOCK_C)
 
-    # Phase 1: per-lane sums of v = y − K and v² over this program's tiles (no reduction inside
-    # the loop, so its body is pure streaming), reduced once into (count, mean, M2).
-    acc_v = tl.zeros((BLOCK_P * BLOCK_R, BLOCK_C), dtype=tl.float32)
-    acc_vv = tl.zeros((BLOCK_P * BLOCK_R, BLOCK_C), dtype=tl.float32)
-    acc_n = tl.zeros((BLOCK_P * BLOCK_R,), dtype=tl.float32)
+    # Phase 1: per-tile (count, mean, M2) of y − K, two-pass inside the tile (the tile is in
+    # registers), Chan-combined across this program's tiles. Robust to any spread of tile means.
+    n_p = 0.0
+    mean_p = 0.0
+    m2_p = 0.0
     for t in range(member, n_tiles, group):
         rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
                                                   BLOCK_C, EVEN_C)
         ok = row_ok[:, None] & col_ok[None, :]
         v = tl.where(ok, _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d) - shift, 0.0)
-        acc_v += v
-        acc_vv += v * v
-        acc_n += tl.where(row_ok, tl.minimum(C - (t % n_cb) * BLOCK_C, BLOCK_C), 0).to(tl.float32)
-    n_p = tl.sum(acc_n)
-    s_v = tl.sum(acc_v)
-    mean_p = s_v / tl.maximum(n_p, 1.0)
-    m2_p = tl.maximum(tl.sum(acc_vv) - s_v * mean_p, 0.0)
+        n_t = tl.sum(row_ok.to(tl.float32)) * tl.minimum(C - (t % n_cb) * BLOCK_C, BLOCK_C)
+        mean_t = tl.sum(v) / tl.maximum(n_t, 1.0)
+        m2_t = tl.sum(tl.where(ok, (v - mean_t) * (v - mean_t), 0.0))
+        n_pt = n_p + n_t
+        delta = mean_t - mean_p
+        mean_p += delta * n_t / tl.maximum(n_pt, 1.0)
+        m2_p += m2_t + delta * delta * n_p * n_t / tl.maximum(n_pt, 1.0)
+        n_p = n_pt
     tl.store(PART + ticket * 3 + 0, n_p)
     tl.store(PART + ticket * 3 + 1, mean_p)
     tl.store(PART + ticket * 3 + 2, m2_p)
@@ -429,6 +433,18 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def _workspace(batch: int, group: int, width: int,
+               device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zeroed (1 + B,) int32 counters and (B·group, width) fp32 partials in one allocation.
+
+    One buffer means one allocation and one memset per launch (host time matters at these
+    sizes); the partials need no zeroing, every program writes its row before anyone reads it.
+    """
+    counters = 1 + batch
+    buf = torch.zeros(counters + batch * group * width, dtype=torch.int32, device=device)
+    return buf[:counters], buf[counters:].view(torch.float32).view(batch * group, width)
+
+
 def _group_size(requested: int, n_tiles: int, device: torch.device) -> int:
     """Clamp programs per example: ≤ tiles, ≤ SM count (barrier safety), 1 when interpreted."""
     if interpreting():
@@ -480,10 +496,9 @@ def conv_norm_forward(
     tiling = _tiling(length, channels, dilation, plan.fwd_block_rows, plan.block_c)
     group = _group_size(plan.fwd_group, tiling["n_tiles"], x.device)
     yhat = _empty(tuple(x.shape), x.dtype, x.device)
-    mean = _empty((batch,), torch.float32, x.device)
-    rstd = _empty((batch,), torch.float32, x.device)
-    part = _empty((batch * group, 3), torch.float32, x.device)
-    sync = torch.zeros(1 + batch, dtype=torch.int32, device=x.device)
+    stats = _empty((2, batch), torch.float32, x.device)
+    mean, rstd = stats[0], stats[1]
+    sync, part = _workspace(batch, group, 3, x.device)
     _conv_norm_fwd_kernel[(batch * group,)](
         x, weight, yhat, mean, rstd, part, sync,
         length, channels, dilation, eps,
@@ -544,8 +559,7 @@ def conv_norm_backward(
     # Split channels accumulate into dw_part tile by tile, so it must start at zero.
     dw_part = (torch.zeros(dw_shape, dtype=torch.float32, device=x.device) if split_c
                else _empty(dw_shape, torch.float32, x.device))
-    part = _empty((batch * group, 2), torch.float32, x.device)
-    sync = torch.zeros(1 + batch, dtype=torch.int32, device=x.device)
+    sync, part = _workspace(batch, group, 2, x.device)
     _conv_norm_bwd_kernel[(batch * group,)](
         x, weight, dyhat, res, mean, rstd, dx, dw_part, part, sync,
         length, channels, dilation,

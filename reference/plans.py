@@ -52,8 +52,6 @@ DTYPE_NAMES: dict[torch.dtype, str] = {
 # Bound on elements per tile (rows × channels): keeps the backward's ~10 live fp32 tiles in
 # registers at 8 warps without spilling.
 MAX_TILE_ELEMENTS = 16384
-# Programs per SM the heuristic assumes reside at once (4 warps each, ≤ 128 registers/thread).
-RESIDENT_PER_SM = 4
 
 
 def _is_pow2(n: int) -> bool:
@@ -300,50 +298,47 @@ def heuristic_plan(
     channels: int,
     dilation: int,
 ) -> Plan:
-    """L2-footprint heuristic for a GPU without a table entry.
+    """SM-fraction heuristic for a GPU without a table entry.
 
-    Derivation: the second pass over an example must find its data in L2, so the examples in
-    flight at once must fit in about half the L2 (the other half holds the outputs being written
-    and other traffic). The forward keeps x and ŷ of an example in flight, the backward x, dŷ and
-    dx. The GPU holds about ``sm_count × RESIDENT_PER_SM`` programs at once; dividing them among
-    the examples that fit gives the programs per example (``group``). A group never exceeds the
-    SM count, which keeps the per-example barrier deadlock-free (a whole group is always resident).
-    Tiles: full channel rows up to 128 channels (one coalesced row per tile line), 32 forward rows
-    and 16 backward rows (the backward holds about ten tiles live).
+    Derivation (H200 sweeps of 2026-11-30, `bench/results/conv_norm_v*-h200.json`): the fastest
+    programs-per-example were 8–33 in the forward and 8–16 in the backward on 132 SMs, for
+    batches 32–64 and lengths 4k–8k, fp32 and bf16. Larger groups (the L2-footprint model's
+    75–132, which keep few examples in flight) lost to barrier stalls by 1.5–2×. So a group is a
+    fixed fraction of the SMs: sm_count/4 forward, sm_count/8 backward, never more tiles than
+    the example has and never more than the SM count (which keeps the per-example barrier
+    deadlock-free: a whole group is always resident). Tiles: full channel rows up to 128
+    channels; 32 forward rows at 4 warps and 8 backward rows at 4 warps (the backward holds
+    about ten tiles live, so smaller tiles avoid spills), the settings that won most shapes.
 
     Args:
         info: Device properties (`device_info`).
-        dtype: Input dtype.
+        dtype: Input dtype (unused today; tables are per dtype, the heuristic is not).
         batch, length, channels, dilation: The input's shape and the conv's dilation.
 
     Returns:
         A valid Plan.
     """
-    elt = torch.empty((), dtype=dtype).element_size()
+    del dtype, batch, dilation  # documented inputs the heuristic does not (yet) use
     block_c = min(next_pow2(channels), 128)
-    example_bytes = length * channels * elt
-    slots = max(info.sm_count * RESIDENT_PER_SM, 1)
-    l2_half = info.l2_bytes // 2
+    cblocks = -(-channels // block_c)
 
-    def group(tensors: int, rows: int) -> int:
-        if l2_half <= 0:
-            return 1
-        in_flight = max(1, min(batch, l2_half // max(tensors * example_bytes, 1)))
-        tiles = -(-length // rows) * -(-channels // block_c)
-        return max(1, min(slots // in_flight, tiles, info.sm_count))
+    def group(fraction: int, rows: int) -> int:
+        tiles = -(-length // rows) * cblocks
+        return max(1, min(info.sm_count // fraction, tiles, info.sm_count))
 
     return Plan(
         fwd_block_rows=32,
-        bwd_block_rows=16,
+        bwd_block_rows=8,
         block_c=block_c,
         fwd_num_warps=4,
         bwd_num_warps=4,
-        fwd_group=group(2, 32),
-        bwd_group=group(3, 16),
+        fwd_group=group(4, 32),
+        bwd_group=group(8, 8),
         num_stages=1,
     )
 
 
+@lru_cache(maxsize=1024)
 def plan_for(
     device: torch.device | str,
     dtype: torch.dtype,
@@ -354,7 +349,8 @@ def plan_for(
 ) -> Plan:
     """The run-time plan: the GPU's table entry for the shape class, else `heuristic_plan`.
 
-    No autotuning happens here; the choice is a pure function of the device and the shape.
+    No autotuning happens here; the choice is a pure function of the device and the shape, so
+    it is cached (launch overhead matters at these sizes).
 
     Args:
         device: Where the kernels run.

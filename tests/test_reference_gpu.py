@@ -65,11 +65,9 @@ GROUP_PLANS = [
 ]
 KERNEL_SHAPES = [
     (3, 4096, 128, 1),
-    (2, 4096, 128, 16),
     (2, 8192, 128, 512),
     (3, 1000, 100, 7),
     (2, 129, 33, 200),
-    (4, 255, 128, 64),
 ]
 
 
@@ -78,7 +76,8 @@ KERNEL_SHAPES = [
 def test_kernel_plans(plan: dict[str, int], dtype: str) -> None:
     """Groups of 1 to 132 programs per example, split channels, other tiles; normal and offset."""
     for batch, length, channels, dilation in KERNEL_SHAPES:
-        for family in ("normal", "offset"):
+        # The offset family is fp32-only, as in scoring.yaml (see test_case_every_dtype).
+        for family in ("normal", "offset") if dtype == "float32" else ("normal",):
             spec = {"kind": "kernel", "batch": batch, "length": length, "channels": channels,
                     "dilation": dilation, "dtype": dtype, "family": family,
                     "seed": _fresh_seed(), "plan": plan, "device": "cuda"}
