@@ -540,13 +540,15 @@ class Guard:
         targets = {id(x): "x"}
         if conv_weight is not None:
             targets[id(conv_weight)] = "conv.weight"
-        seen: set[int] = set()
+        # Python wrappers of C++ graph nodes can be made afresh on each access and freed at once,
+        # so their id() is reused: every visited node is kept alive while ids are compared.
+        seen: dict[int, Any] = {}
         todo = [out.grad_fn] if out.grad_fn is not None else []
         while todo:
             node = todo.pop()
             if id(node) in seen:
                 continue
-            seen.add(id(node))
+            seen[id(node)] = node
             for child, _ in node.next_functions:
                 if child is None:
                     continue
