@@ -567,7 +567,8 @@ def render(report: CheckReport) -> str:
     if report.uncommitted:
         lines.append(
             f"note: {len(report.uncommitted)} uncommitted change(s) were checked but would NOT be "
-            f"submitted (submit sends HEAD {(report.head or 'none')[:12]}): "
+            + (f"submitted (submit sends HEAD {report.head[:12]}): " if report.head else
+               "submitted (there is no commit yet, so nothing can be submitted): ")
             + ", ".join(line[3:] for line in report.uncommitted[:6])
             + (" ..." if len(report.uncommitted) > 6 else "")
         )

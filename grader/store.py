@@ -64,6 +64,10 @@ class StoreError(RuntimeError):
     """The store is unreadable, a row is missing, or an archive does not match its hash."""
 
 
+class UnknownSubmission(StoreError):
+    """No submission has that id; the message says which ids exist."""
+
+
 class SubmissionStatus(enum.StrEnum):
     """Where a stored submission is in its life."""
 
@@ -330,7 +334,7 @@ class Store:
         """The submission ``submission_id``.
 
         Raises:
-            StoreError: No such submission.
+            UnknownSubmission: No such submission.
         """
         row = self._db.execute(
             f"SELECT {_COLUMNS} FROM submissions WHERE id = ?", (submission_id,)
@@ -338,7 +342,7 @@ class Store:
         if row is None:
             last = self._db.execute("SELECT MAX(id) FROM submissions").fetchone()[0]
             known = "the store is empty" if last is None else f"ids go from 1 to {last}"
-            raise StoreError(f"no submission {submission_id} in {self.path} ({known})")
+            raise UnknownSubmission(f"no submission {submission_id} in {self.path} ({known})")
         return SubmissionRecord._from_row(row)
 
     def list(self) -> list[SubmissionRecord]:
@@ -388,6 +392,7 @@ __all__ = [
     "StoreError",
     "SubmissionRecord",
     "SubmissionStatus",
+    "UnknownSubmission",
     "default_store_path",
     "extract_archive",
     "make_archive",

@@ -42,6 +42,7 @@ from grader.store import (
     StoreError,
     SubmissionRecord,
     SubmissionStatus,
+    UnknownSubmission,
     extract_archive,
     make_archive,
 )
@@ -344,6 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with store:
         try:
             return _dispatch(args, store)
+        except UnknownSubmission as exc:
+            print(f"submit: {exc}; python -m grader.submit list shows them", file=sys.stderr)
+            return EXIT_REFUSED
         except StoreError as exc:
             print(f"submit: {exc}", file=sys.stderr)
             return EXIT_STORE
