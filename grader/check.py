@@ -441,6 +441,10 @@ def run_check(
                 file=progress,
                 flush=True,
             )
+            if mode is Mode.FULL and not on_gpu and not cases:
+                print("note: --full without a GPU runs every case through the Triton "
+                      "interpreter: expect tens of minutes (on the GPU: about a minute)",
+                      file=progress, flush=True)  # fmt: skip
         # secret None: public seeds only (task.inputs.derive_seed), so failures reproduce.
         result = run_gate(
             exported.root, Path(tmp) / "gate", config, items, secret,  # type: ignore[arg-type]
