@@ -229,6 +229,9 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
+    if type(value).__module__ == "numpy":
+        # numpy scalars and arrays from the timing statistics: plain Python for JSON.
+        return _jsonable(value.tolist())
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return value

@@ -132,3 +132,43 @@ def test_outside_a_workspace_says_where_to_run(tmp_path: Path) -> None:
     with pytest.raises(worktree.WorktreeError, match="Run this from your workspace"):
         check.run_check(tmp_path, progress=None)
     assert check.main(["--workspace", str(tmp_path)]) == 2
+
+
+def test_timing_runs_plain_in_the_reference_slot_and_estimates(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a GPU the check times with the grader's engine, plain PyTorch standing in for the
+    reference (the agent's environment has none), and scores with the published g."""
+    import numpy as np
+
+    import grader.timing
+
+    seen: dict[str, object] = {}
+
+    def fake_run_timing(root: Path, config: object, **kwargs: object) -> TimingReport:
+        seen.update(kwargs, root=root)
+        report = _timing(r=3.0)
+        shapes = tuple(ShapeTiming(**{**s.__dict__, "r": np.float64(3.0)}) for s in report.shapes)
+        return TimingReport(profile="l4", shapes=shapes, telemetry={"x": np.arange(2)})
+
+    monkeypatch.setattr(grader.timing, "run_timing", fake_run_timing)
+    timing, est = check._time(tmp_path, CONFIG, None, None)
+    assert seen["reference_module"] == "task.model" == check.PLAIN_AS_REFERENCE
+    assert est.profile == "l4" and est.provisional
+    g = check.load_published("l4").g  # type: ignore[union-attr]
+    assert est.shapes[0].score == pytest.approx(
+        CONFIG.score.shape_score(3.0, g[est.shapes[0].label]))
+    assert check._timing_verdict(timing, est) == (Status.SCORED, ())
+    failed = TimingReport(profile="l4", status="implausible", reason="below the floor")
+    assert check._timing_verdict(failed, est) == (
+        Status.TIMING_FAILED, ("timing implausible: below the floor",))
+    # The report serialises numpy values from the statistics.
+    import json
+
+    report = check.CheckReport(
+        status=Status.SCORED, reasons=(), next_steps=(), mode=check.Mode.QUICK,
+        source="working tree", workspace=str(tmp_path), head=None, uncommitted=(),
+        device="cuda:0", timing=timing, estimate=est)
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["timing"]["shapes"][0]["r"] == 3.0 and data["exit_code"] == 0
+    assert "estimated score: " in check.render(report)
