@@ -26,15 +26,15 @@ print("reference:", reference_workspace(Path("/tmp/gws/reference")))
 PY
 # Phase A: the GPU tests (correctness and rules only) next to the naive control's full gate,
 # timed on the tiny smoke profile (contention cannot matter there).
-( start=$(date +%s); timeout 110 python -m pytest -q -p no:cacheprovider -rA tests/test_grader_gpu.py \
+( start=$(date +%s); timeout 100 python -m pytest -q -p no:cacheprovider -rA tests/test_grader_gpu.py ${GPU_TESTS_K:+-k "$GPU_TESTS_K"} \
     > "$OUT/gpu-tests.log" 2>&1; echo "exit=$? wall_s=$(( $(date +%s) - start ))" >> "$OUT/gpu-tests.log" ) &
 start=$(date +%s)
-timeout 110 python -m grader grade /tmp/gws/naive --profile smoke --json "$OUT/grade-naive.json" \
+timeout 100 python -m grader grade /tmp/gws/naive --profile smoke --json "$OUT/grade-naive.json" \
     > "$OUT/grade-naive.log" 2>&1
 echo "exit=$? wall_s=$(( $(date +%s) - start ))" >> "$OUT/grade-naive.log"
 wait
 # Phase B: the reference alone, full gate and the GPU's default timing profile.
 start=$(date +%s)
-timeout 150 python -m grader grade /tmp/gws/reference --json "$OUT/grade-reference.json" \
+timeout 120 python -m grader grade /tmp/gws/reference --json "$OUT/grade-reference.json" \
     > "$OUT/grade-reference.log" 2>&1
 echo "exit=$? wall_s=$(( $(date +%s) - start ))" >> "$OUT/grade-reference.log"
