@@ -426,9 +426,9 @@ def run_check(
     with tempfile.TemporaryDirectory(prefix="grader-check-") as tmp:
         try:
             rev = commit or worktree.snapshot_commit(root)
-            source = f"commit {rev[:12]}" if commit else "working tree"
             uncommitted = () if commit else where.changes
             exported = export_submission(root, Path(tmp) / "tree", config.limits, rev=rev)
+            source = f"commit {exported.commit[:12]}" if commit else "working tree"
         except (SubmissionError, worktree.WorktreeError) as exc:
             return CheckReport(
                 status=Status.INVALID_SUBMISSION, reasons=(str(exc),),
