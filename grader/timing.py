@@ -69,6 +69,7 @@ class TimingStatus(enum.StrEnum):
     TIMED_OUT = "timed_out"  # past the timing phase's wall-clock limit
     OUT_OF_MEMORY = "out_of_memory"  # over a memory limit
     GRADER_ERROR = "grader_error"  # the grader failed, or the child's report was malformed
+    NOT_TIMED = "not_timed"  # (a shape's status only) the run stopped before this shape
 
 
 # ----------------------------------------------------------------------------- pure analysis
@@ -282,7 +283,7 @@ class _Listener:
 
 
 def _job(config: ScoringConfig, profile: Profile, *, seed: int, reference_module: str,
-         census: bool) -> dict[str, Any]:
+         census: bool, device: str = "cuda") -> dict[str, Any]:
     block = config.block
     return {
         "block": {"channels": block.channels, "expansion": block.expansion, "eps": block.eps,
@@ -296,6 +297,7 @@ def _job(config: ScoringConfig, profile: Profile, *, seed: int, reference_module
         "seed": seed,
         "reference_module": reference_module,
         "census": census,
+        "device": device,
     }
 
 
@@ -359,6 +361,7 @@ def run_timing(
     python: str = sys.executable,
     on_child: Callable[[Any], None] | None = None,
     triton_cache: Path | None = None,
+    dry_run_on_cpu: bool = False,
 ) -> TimingReport:
     """Time a submission that passed the gate and score it (SPEC §4–§5).
 
@@ -375,6 +378,9 @@ def run_timing(
         on_child: Called with the `grader.sandbox.ChildResult` (tests, debugging).
         triton_cache: Share this Triton cache between children (tests and benchmarks only: a
             grade compiles into its own private cache, so nothing carries over between grades).
+        dry_run_on_cpu: Run the whole harness on the CPU with the Triton interpreter and the host
+            clock (CI on machines without a GPU). Its times mean nothing; the report's telemetry
+            says ``dry_run``, and the grade never calls it.
 
     Returns:
         The `TimingReport`; every failure is status ≠ ok with score 0 and a reason.
@@ -388,6 +394,8 @@ def run_timing(
         env["CUDA_VISIBLE_DEVICES"] = visible  # the sandbox's environment allow-list drops it
     if triton_cache is not None:
         env["TRITON_CACHE_DIR"] = str(triton_cache)
+    if dry_run_on_cpu:
+        env["TRITON_INTERPRET"] = "1"
     nvml_index = int(visible) if visible is not None and visible.strip().isdigit() else 0
     device = telemetry.device_info(index=nvml_index)
     name = profile or config.timing.profile_for_gpu(device.name or gpu_name)
@@ -402,7 +410,8 @@ def run_timing(
         shutil.copytree(submission_root, workdir, ignore=shutil.ignore_patterns(".git"))
         job_path = Path(tmp) / "job.json"
         job_path.write_text(json.dumps(_job(config, prof, seed=seed,
-                                            reference_module=reference_module, census=census)))
+                                            reference_module=reference_module, census=census,
+                                            device="cpu" if dry_run_on_cpu else "cuda")))
         limits = ChildLimits.from_phase(config.limits.timing)
         result = run_child(CHILD_SCRIPT, workdir, [str(REPO_ROOT), str(job_path)], limits,
                            env_extra=env, on_message=listener, python=python)
@@ -421,7 +430,8 @@ def run_timing(
                                           channels=config.block.channels,
                                           expansion=config.block.expansion, rounds=prof.rounds))
         else:
-            verdicts.append(_fail(shape.label, TimingStatus.CRASHED, "not timed"))
+            verdicts.append(_fail(shape.label, TimingStatus.NOT_TIMED,
+                                  "the timing run stopped before this shape"))
 
     status, reason = TimingStatus.OK, ""
     failure = _child_failure(listener)
@@ -468,6 +478,7 @@ def run_timing(
         wall_s=time.monotonic() - started,
         telemetry={
             "device": device.to_dict(),
+            "dry_run": dry_run_on_cpu,
             "peak_bandwidth_bytes_per_s": bandwidth.bytes_per_s,
             "peak_bandwidth_source": bandwidth.source,
             "snapshots": [s.to_dict() for s in listener.snapshots],

@@ -1,0 +1,46 @@
+"""The timing harness end to end without a GPU: a dry run on the CPU (Triton interpreter).
+
+The whole path (sandboxed child, reference hidden and re-imported from the workspace copy, rule
+guard and launch census on the warm-up steps, rounds with in-place new values, per-step checks
+against plain PyTorch, messages, the parent's verdicts) runs with the host clock in place of CUDA
+events; the times mean nothing. The GPU-only defenses (streams, events, memory, the floor) are
+in test_timing_gpu.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from timing_workspace import CORPUS, make_workspace, with_profile
+
+from grader.config import Profile, Shape, load_config
+from grader.timing import run_timing
+
+PROFILE = Profile(gpus=(), warmup=1, rounds=3, shapes=(Shape(2, 64, 3, "float32"),))
+CONFIG = with_profile(load_config(), "dry", PROFILE)
+
+
+@pytest.fixture(scope="module")
+def triton_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("triton-cache")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("case", "status", "reason"),
+    [
+        ("control_reference", "ok", ""),
+        ("input_pointer_cache", "check_failed", "forward differs from plain pytorch"),
+    ],
+)
+def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_cache) -> None:
+    ws = make_workspace(tmp_path / "ws", (CORPUS / case / "solution.py").read_text())
+    report = run_timing(ws, CONFIG, profile="dry", progress=None, triton_cache=triton_cache,
+                        dry_run_on_cpu=True)
+    detail = f"{report.status}: {report.reason} | {report.telemetry.get('child_stderr_tail')}"
+    assert report.status == status, detail
+    assert reason in report.reason.lower(), detail
+    assert report.telemetry["dry_run"] is True
+    if status == "ok":
+        (shape,) = report.shapes
+        assert shape.status == "ok" and shape.utilisation is not None
+        assert shape.utilisation <= 1.5 and shape.t_sub_ms > 0
