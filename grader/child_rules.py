@@ -84,6 +84,9 @@ COMPILER_MODULES = (
     "torch._dynamo.convert_frame",
 )
 
+# Bound on the autograd graph walk (a graph of diamonds could otherwise take forever).
+_MAX_GRAPH_NODES = 100_000
+
 _PROCESS_EVENTS = frozenset(
     {"os.fork", "os.forkpty", "os.system", "os.posix_spawn", "os.spawn", "os.exec",
      "subprocess.Popen", "pty.spawn"}
@@ -544,7 +547,7 @@ class Guard:
         # so their id() is reused: every visited node is kept alive while ids are compared.
         seen: dict[int, Any] = {}
         todo = [out.grad_fn] if out.grad_fn is not None else []
-        while todo:
+        while todo and len(seen) < _MAX_GRAPH_NODES:
             node = todo.pop()
             if id(node) in seen:
                 continue
