@@ -105,6 +105,11 @@ def count_thread_starts() -> None:
         setattr(module, name, counted)
 
 
+# The rule guard's module (`grader.child_rules`), bound by `main` before the grader's modules are
+# dropped from sys.modules: nothing here imports from the grader once the submission can run.
+_RULES: dict[str, Any] = {}
+
+
 class Violation(Exception):
     """A run-time rule was broken (a timer patched, a thread started...); the run stops."""
 
@@ -126,13 +131,13 @@ def _read_job() -> dict[str, Any]:
 # ----------------------------------------------------------------------------- guards
 
 
-def _os_threads() -> int:
-    """Threads of this process, from the kernel (catches threads made outside ``threading``)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    return -1
+def _new_os_threads(before: dict[int, str]) -> dict[int, str]:
+    """Threads of this process, from the kernel, that were not there ``before`` (catches threads
+    made outside ``threading``), less the CUDA driver's and torch's own, which they start on first
+    use of a feature (the rule guard's list of their names)."""
+    prefixes = _RULES["module"]._RUNTIME_THREAD_PREFIXES
+    return {tid: name for tid, name in _native_threads_now().items()
+            if tid not in before and not name.startswith(prefixes)}
 
 
 def _live_children() -> list[int]:
@@ -235,7 +240,7 @@ class Baseline:
     """What the process looked like just before the submission was imported."""
 
     py_threads: set[int]
-    os_threads: int
+    os_threads: dict[int, str]
     state: dict[str, Any]
     default_stream: Any
     foreign_bytes: int
@@ -255,10 +260,14 @@ def _foreign_bytes(torch: Any) -> int:
     return (total - free) - torch.cuda.memory_reserved()
 
 
+def _native_threads_now() -> dict[int, str]:
+    return _RULES["module"]._native_threads()
+
+
 def take_baseline(torch: Any) -> Baseline:
     return Baseline(
         py_threads={t.ident for t in threading.enumerate() if t.ident is not None},
-        os_threads=_os_threads(),
+        os_threads=_native_threads_now(),
         state=_global_state(torch),
         default_stream=torch.cuda.default_stream() if torch.cuda.is_initialized() else None,
         foreign_bytes=_foreign_bytes(torch),
@@ -277,10 +286,10 @@ def check_light(torch: Any, timers: TimerGuard, base: Baseline) -> None:
     if new:
         raise Violation("new-thread", f"the submission started Python thread(s): "
                         f"{[t.name for t in new]}")
-    now = _os_threads()
-    if now > base.os_threads:
-        raise Violation("new-thread", f"the process has {now} OS threads, {base.os_threads} "
-                        "before the submission was imported")
+    new_os = _new_os_threads(base.os_threads)
+    if new_os:
+        raise Violation("new-thread", f"{len(new_os)} OS thread(s) {sorted(set(new_os.values()))}"
+                        " started after the submission was imported")
     children = _live_children()
     if children:
         raise Violation("new-process", f"the submission left child process(es) running: "
@@ -536,7 +545,10 @@ def main() -> int:
 
     import importlib
 
+    import grader.child_rules
     from grader.child_rules import Guard
+
+    _RULES["module"] = grader.child_rules
     from task.model import DilatedResidualBlock as PlainBlock
 
     ref_module = job.get("reference_module", "reference.block")
@@ -573,9 +585,7 @@ def main() -> int:
         warm.step(name)
     # Once more under a dispatch mode like the guard's op log: that is when torch imports Dynamo
     # (and patches torch.manual_seed) for an autograd.Function; it must happen before baselines.
-    from grader.child_rules import _OpLog
-
-    warm.step("ref", around=_OpLog([]))
+    warm.step("ref", around=grader.child_rules._OpLog([]))
     del warm
     if device == "cuda":
         torch.cuda.synchronize()
