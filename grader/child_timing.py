@@ -11,15 +11,19 @@ Order of events, and why:
    its ``record``/``elapsed_time``/``synchronize``, ``torch.cuda.synchronize``, the stream
    accessors. Every sample afterwards checks them by identity (`TimerGuard`), so a submission that
    patches a timer is caught at the first sample after it did.
-2. **The reference is imported by this harness before the submission, then hidden**: its classes
-   are kept in local variables, its modules are dropped from ``sys.modules`` and the repository root
-   is dropped from ``sys.path``, so ``import reference`` from the submission finds nothing, and the
-   run-time rules armed next (Grader I's audit hook, `grader.child_rules`, when present) refuse
-   opening files under ``reference/`` and ``grader/``. Whatever the submission does afterwards, it
-   cannot read the reference's files; in-memory introspection (``gc``, frames) is the audit hook's
-   to refuse.
-3. Plain and reference are warmed up on the first shape; then the thread, process, memory and
-   global-torch-state baselines are taken; only then is ``solution`` imported.
+2. **The reference is imported by this harness before the submission, then hidden**: its class
+   is kept in a local variable, its modules (and the grader's and the task's) are dropped from
+   ``sys.modules`` and the repository root from ``sys.path``, so ``import reference`` from the
+   submission goes to the files, and the rule guard armed next (`grader.child_rules.Guard`, with
+   its audit hook) reports any open, listing or import under ``reference/`` or ``grader/``. A copy
+   of the reference *inside* the submission's tree is the submission's own code (that is how the
+   tests and the reproducibility bench build a reference-as-submission). Not covered: in-memory
+   introspection (``gc``, frames, ``__subclasses__``) could still reach the harness's reference
+   class; that is the guard's to refuse.
+3. Plain and reference are warmed up on the first shape (also once under a dispatch mode, which
+   is when torch lazily imports Dynamo); then thread starts are counted from here on, the guard
+   takes its baselines, this harness takes its own (threads, GPU memory, global state), and only
+   then is ``solution`` imported (inside the guard's ``load`` phase).
 4. Per shape: the three blocks get identical weights; ``warmup`` untimed rounds, then ``rounds``
    timed rounds. A round draws new values *in place* into the same input, upstream-gradient and
    weight tensors (same pointers, new values: a cache keyed on pointers returns stale results and
@@ -29,11 +33,18 @@ Order of events, and why:
    torch.cuda.synchronize(); end.record()``: the window closes only once the whole device is
    idle, so work left on a side stream is counted, and ``end − returned`` (the *tail*) says how
    much work was still running after the step returned on the caller's stream.
-5. After every step, outside the window: output type/shape/dtype, inputs and weights unchanged,
-   the four gradients present; timers, current stream, Python and OS threads, child processes
-   checked. After every round: submission and reference compared with plain on the same inputs
-   (forward elementwise, gradients by relative L2) against the dtype's budget times
-   `PLAIN_SLACK`. After every shape: the full global-state and namespace snapshots, GPU memory.
+5. The submission's warm-up steps run inside a guard phase (op log and Triton launch census:
+   no PyTorch conv/norm ops, only the workspace's own kernels); timed steps run bare, so the
+   guard adds nothing to a timed window. After every step, outside the window: output
+   type/shape/dtype, inputs and weights unchanged, the four gradients present; timers, current
+   stream, thread starts, OS threads, child processes. After every round: submission and
+   reference compared with plain on the same inputs (forward elementwise, gradients by relative
+   L2) against the dtype's budget times `PLAIN_SLACK`, and the guard's state, identity, thread
+   and compiler checks. After every shape: global state and the GPU memory the submission holds.
+   The autograd-graph rule (conv and norm inside a custom ``autograd.Function``) is the gate's.
+
+A CPU dry run (``job["device"] == "cpu"``, Triton interpreter, host clock) runs the same path for
+CI on machines without a GPU; its times mean nothing.
 
 Exit codes are `grader.sandbox.ChildExit`. Nothing here decides the score.
 """
