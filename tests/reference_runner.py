@@ -104,6 +104,11 @@ def kernel_check(spec: dict[str, Any]) -> dict[str, float]:
         # normalization removes, so the true tap gradient is O(eps)·rounding and a relative
         # error against it measures nothing. Forward and dx still count.
         del result["grad_conv"]
+    if shape[1] * shape[2] <= 2:
+        # At most two values per example: the normalized output is ±1 (or 0) whatever the input,
+        # so the true input gradient is also O(eps); only the forward is meaningful.
+        result.pop("grad_x")
+        result.pop("grad_conv", None)
     return result
 
 

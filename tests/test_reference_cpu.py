@@ -1,11 +1,12 @@
 """CPU tests of the reference kernels through the Triton interpreter, plus the plan interface.
 
-Every interpreted run goes to its own subprocess (`tests/reference_runner.py`) with
+Every interpreted group of checks goes to its own subprocess (`tests/reference_runner.py`) with
 ``TRITON_INTERPRET=1`` and a timeout: the interpreter must be enabled before the kernels are
 imported, and it detects no out-of-bounds access, so a bad index can corrupt the heap of the
 process that runs it. The interpreter runs one program per example (its programs execute one
 after another, so a multi-program barrier would wait forever); the GPU tests cover groups.
-Budgets are scoring.yaml's; every check must stay within half of its budget.
+Budgets are scoring.yaml's; every check must stay within half of its budget. The subprocesses
+start together on a two-worker pool (the CI machine has two cores), each test waits for its own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +36,98 @@ from reference.plans import (
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = ROOT / "tests" / "reference_runner.py"
-TIMEOUT_S = 120
+TIMEOUT_S = 180
 MAX_UTILISATION = 0.5
+# The CI machine has 2 cores: two interpreter processes at a time.
+WORKERS = 2
 
 
-def run_interpreted(specs: list[dict[str, Any]]) -> list[dict[str, float]]:
+def _run_subprocess(specs: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Run specs in a fresh interpreter-mode process and return its per-spec utilisations."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(
         [sys.executable, str(RUNNER), json.dumps(specs)],
         capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT,
     )
-    assert proc.returncode == 0, f"runner rc={proc.returncode}\n{proc.stderr[-4000:]}"
+    if proc.returncode != 0:
+        raise RuntimeError(f"runner rc={proc.returncode}\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- the interpreted spec groups, one subprocess each --------------------------------------------
+
+LENGTHS = (1, 2, 9, 33)
+KERNEL_GRID = [(dtype, channels) for dtype in ("float32", "float16") for channels in (1, 3, 5, 16)]
+SMOKE_CASES = ["c1-l1", "c3-l2", "c5-l9-d4", "c8-l17-d20", "c7-l33-d2-f16", "c16-l64-offset",
+               "c12-l40-e1", "drift-c9-l20-d3"]
+
+
+def kernel_specs(dtype: str, channels: int) -> list[dict[str, Any]]:
+    """Lengths 1–33, dilation 1, 4 and beyond the length (once where 4 is already beyond)."""
+    pairs = [(length, dilation) for length in LENGTHS
+             for dilation in sorted({1, 4, length + 3})]
+    return [
+        {"kind": "kernel", "batch": 1 + i % 3, "length": length, "channels": channels,
+         "dilation": dilation, "dtype": dtype, "family": "normal", "seed": 100 * channels + i}
+        for i, (length, dilation) in enumerate(pairs)
+    ]
+
+
+def offset_specs() -> list[dict[str, Any]]:
+    return [
+        {"kind": "kernel", "batch": 2, "length": 64, "channels": 16, "dilation": dilation,
+         "dtype": "float32", "family": "offset", "seed": 7 + dilation}
+        for dilation in (1, 4)
+    ]
+
+
+def split_specs() -> list[dict[str, Any]]:
+    small = {"fwd_block_rows": 8, "bwd_block_rows": 4, "block_c": 4, "fwd_group": 1,
+             "bwd_group": 1}
+    return [
+        {"kind": "kernel", "batch": 2, "length": 17, "channels": 6, "dilation": dilation,
+         "dtype": "float32", "family": "normal", "seed": 11 + dilation, "plan": small}
+        for dilation in (1, 5, 20)
+    ]
+
+
+def block_specs(case: str) -> list[dict[str, Any]]:
+    from grader.config import load_config
+
+    cfg = load_config()
+    seeds = {c.name: c.seeds for c in (*cfg.correctness.cases, *cfg.correctness.drift.cases)}
+    return [{"kind": "block", "case": case, "seed": seed} for seed in seeds[case]]
+
+
+def identity_specs() -> list[dict[str, Any]]:
+    return [
+        {"kind": "identity", "batch": 2, "length": 9, "channels": 5, "dilation": 2,
+         "dtype": dtype, "seed": 3}
+        for dtype in ("float32", "float16")
+    ]
+
+
+def all_groups() -> dict[str, list[dict[str, Any]]]:
+    groups = {f"kernel-{d}-{c}": kernel_specs(d, c) for d, c in KERNEL_GRID}
+    groups["offset"] = offset_specs()
+    groups["split"] = split_specs()
+    groups.update({f"block-{case}": block_specs(case) for case in SMOKE_CASES})
+    groups["identity"] = identity_specs()
+    return groups
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> Iterator[dict[str, Future[list[dict[str, float]]]]]:
+    """Start every group's subprocess on a small pool up front; tests wait for their own."""
+    pool = ThreadPoolExecutor(max_workers=WORKERS)
+    futures = {name: pool.submit(_run_subprocess, specs) for name, specs in all_groups().items()}
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def results_of(interpreted: dict[str, Future], name: str) -> list[dict[str, float]]:
+    return interpreted[name].result(timeout=TIMEOUT_S * len(interpreted))
 
 
 def assert_within(specs: list[dict[str, Any]], results: list[dict[str, float]]) -> None:
@@ -61,70 +143,36 @@ def assert_within(specs: list[dict[str, Any]], results: list[dict[str, float]]) 
 
 # --- interpreted kernel checks ---------------------------------------------------------------
 
-LENGTHS = (1, 2, 9, 33)
 
-
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("channels", [1, 3, 5, 16])
-def test_conv_norm_matches_fp64(dtype: str, channels: int) -> None:
+@pytest.mark.parametrize(("dtype", "channels"), KERNEL_GRID)
+def test_conv_norm_matches_fp64(interpreted: dict, dtype: str, channels: int) -> None:
     """Lengths 1–33, dilation 1, 4 and beyond the length, batch 1–3, poisoned outputs."""
-    specs = [
-        {"kind": "kernel", "batch": 1 + i % 3, "length": length, "channels": channels,
-         "dilation": dilation, "dtype": dtype, "family": "normal", "seed": 100 * channels + i}
-        for i, (length, dilation) in enumerate(
-            (length, dilation) for length in LENGTHS for dilation in (1, 4, length + 3)
-        )
-    ]
-    assert_within(specs, run_interpreted(specs))
+    assert_within(kernel_specs(dtype, channels),
+                  results_of(interpreted, f"kernel-{dtype}-{channels}"))
 
 
-def test_conv_norm_offset_family() -> None:
+def test_conv_norm_offset_family(interpreted: dict) -> None:
     """x ≈ 1000 + N(0, 1) with nearly equal taps: the shifted Chan combine must not cancel."""
-    specs = [
-        {"kind": "kernel", "batch": 2, "length": 64, "channels": 16, "dilation": dilation,
-         "dtype": "float32", "family": "offset", "seed": 7 + dilation}
-        for dilation in (1, 4)
-    ]
-    assert_within(specs, run_interpreted(specs))
+    assert_within(offset_specs(), results_of(interpreted, "offset"))
 
 
-def test_conv_norm_split_channels_and_residues() -> None:
+def test_conv_norm_split_channels_and_residues(interpreted: dict) -> None:
     """Plans whose tiles split the channels (SPLIT_C path) or stack several residues."""
-    small = {"fwd_block_rows": 8, "bwd_block_rows": 4, "block_c": 4, "fwd_group": 1,
-             "bwd_group": 1}
-    specs = [
-        {"kind": "kernel", "batch": 2, "length": 17, "channels": 6, "dilation": dilation,
-         "dtype": "float32", "family": "normal", "seed": 11 + dilation, "plan": small}
-        for dilation in (1, 5, 20)
-    ]
-    assert_within(specs, run_interpreted(specs))
+    assert_within(split_specs(), results_of(interpreted, "split"))
 
 
 # --- interpreted block checks ------------------------------------------------------------------
 
-SMOKE_CASES = ["c1-l1", "c3-l2", "c5-l9-d4", "c8-l17-d20", "c7-l33-d2-f16", "c16-l64-offset",
-               "c12-l40-e1", "drift-c9-l20-d3"]
-
 
 @pytest.mark.parametrize("case", SMOKE_CASES)
-def test_block_matches_oracle(case: str) -> None:
+def test_block_matches_oracle(interpreted: dict, case: str) -> None:
     """The whole reference block's output and four gradients on scoring.yaml's smoke cases."""
-    from grader.config import load_config
-
-    cfg = load_config()
-    seeds = {c.name: c.seeds for c in (*cfg.correctness.cases, *cfg.correctness.drift.cases)}
-    specs = [{"kind": "block", "case": case, "seed": seed} for seed in seeds[case]]
-    assert_within(specs, run_interpreted(specs))
+    assert_within(block_specs(case), results_of(interpreted, f"block-{case}"))
 
 
-def test_block_zero_weight_identity() -> None:
+def test_block_zero_weight_identity(interpreted: dict) -> None:
     """fc weights zero ⇒ out == x, x.grad == grad_out bit for bit, other grads exactly 0."""
-    specs = [
-        {"kind": "identity", "batch": 2, "length": 9, "channels": 5, "dilation": 2,
-         "dtype": dtype, "seed": 3}
-        for dtype in ("float32", "float16")
-    ]
-    for result in run_interpreted(specs):
+    for result in results_of(interpreted, "identity"):
         assert all(v == 0.0 for v in result.values()), result
 
 
