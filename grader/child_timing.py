@@ -73,9 +73,8 @@ from typing import Any  # noqa: E402
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BLOCK_NAMES = ("plain", "ref", "sub")
 PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
-# Timed results are compared with plain PyTorch, not with the fp64 oracle. Plain itself uses at
-# most half of every budget (SPEC §3 calibration) and the gate held the submission within the
-# budget of the oracle, so |sub − plain| ≤ 1.5 budgets by the triangle inequality.
+# Utilisation allowed against plain PyTorch when the job does not say (the parent's
+# `grader.timing.PLAIN_SLACK`, which it sends and judges with).
 PLAIN_SLACK = 1.5
 # L2 flush buffer: at least twice the L2 (SPEC §4) and never under this.
 MIN_FLUSH_BYTES = 256 << 20
@@ -757,12 +756,15 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
     allowed = HOG_ACTIVATIONS * activation * 4 + HOG_FIXED_BYTES
     check_heavy(torch, base, allowed, held)
     channel.send("shape_done", index=index, label=label, samples=samples, util=util,
-                 slack=PLAIN_SLACK, held_mb=held / 2**20)
-    worst_key = max(util["sub"], key=lambda k: util["sub"][k])
-    worst = util["sub"][worst_key]
-    if not worst <= PLAIN_SLACK:  # also catches NaN
+                 held_mb=held / 2**20)
+    slack = float(job.get("slack", PLAIN_SLACK))
+    # NaN (a non-finite reference value) counts as the worst possible.
+    sub_util = {k: (v if v == v else float("inf")) for k, v in util["sub"].items()}
+    worst_key = max(sub_util, key=lambda k: sub_util[k])
+    worst = sub_util[worst_key]
+    if not worst <= slack:  # also catches NaN
         raise CheckFailure(f"{label}: a timed step's {worst_key} differs from plain PyTorch "
-                           f"(utilisation {worst:.3g} > {PLAIN_SLACK})")
+                           f"(utilisation {worst:.3g} > {slack})")
 
 
 if __name__ == "__main__":
