@@ -22,7 +22,8 @@ from an atomic counter (so a group's members are always dispatched in order, whi
 barrier below deadlock-free whenever a group fits on the GPU at once), reduces the statistics of
 its tiles, publishes them, waits at a per-example barrier for the rest of its group, combines
 all partials in a fixed order, then makes a second pass over the same tiles. The example was
-just read, so the second pass hits L2 and DRAM sees x (and dyhat) once. Under the Triton
+just read, so the second pass is meant to hit L2 and DRAM to see x (and dyhat) once (a design
+intent; no counter has confirmed the hit rate, see reference/NOTES.md). Under the Triton
 interpreter programs run one after another, so the launcher uses one program per example and the
 barrier never waits.
 
@@ -31,13 +32,16 @@ yhat: it needs x for dw anyway, so DRAM traffic is dyhat + x in and dx out.
 
 Tiles: rows of a tile are ``r + d·i`` for BLOCK_R consecutive residues r and BLOCK_P consecutive
 chain positions i, so a shift by ±d is a shift by one chain position inside the tile, and the
-three shifted loads mostly hit L1 for every dilation, not only small ones.
+three shifted loads overlap (and can hit L1) for every dilation, not only small ones.
 
-Numerics: loads are converted to fp32; statistics are fp32 per-tile (count, shifted mean, M2)
-combined with Chan's parallel formula around a per-example shift K (the value of y at row 0,
-channel 0), so a large common offset does not cancel; mean and rstd are saved in fp32. The
-conv-tap gradient is reduced as per-program fp32 partial rows summed in a fixed order (no float
-atomics), so it is deterministic.
+Numerics: loads are converted to fp32. Forward statistics are fp32 per-tile (count, mean, M2),
+two-pass inside each tile and Chan-combined across tiles and programs, all around a per-example
+shift K (the mean of y over one interior row), so a large common offset does not cancel; mean
+and rstd are saved in fp32. (An earlier version kept per-lane sums of (y − K)² across tiles; it
+failed the offset family by 28× when K came from an edge row, which is why the forward keeps
+per-tile M2.) The backward's c1 and c2 are plain fp32 sums (per lane, then reduced), which need
+no shift. The conv-tap gradient is reduced as per-program fp32 partial rows summed in a fixed
+order (no float atomics), so it is deterministic.
 
 References:
     Chan, Golub, LeVeque, "Updating formulae and a pairwise algorithm for computing sample

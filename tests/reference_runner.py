@@ -185,9 +185,34 @@ def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def residual_check(spec: dict[str, Any]) -> dict[str, float]:
+    """conv_norm_backward(..., residual_grad=r) equals the plain dx plus r (fp32 rounding only).
+
+    Spec keys: batch, length, channels, dilation, seed, device (default "cpu"); fp32.
+    Returns the max |difference| relative to max |dx + r| (0 when exact).
+    """
+    import reference.conv_norm as cn
+
+    cn.POISON_OUTPUTS = True
+    device = spec.get("device", "cpu")
+    gen = torch.Generator().manual_seed(spec["seed"])
+    shape = (spec["batch"], spec["length"], spec["channels"])
+    x, dyhat, res = (torch.randn(shape, generator=gen).to(device) for _ in range(3))
+    w = torch.randn((shape[2], 1, 3), generator=gen).to(device)
+    _, mean, rstd = cn.conv_norm_forward(x, w, spec["dilation"], 1e-5)
+    dx, dw = cn.conv_norm_backward(dyhat, x, w, mean, rstd, spec["dilation"])
+    dx_r, dw_r = cn.conv_norm_backward(dyhat, x, w, mean, rstd, spec["dilation"],
+                                       residual_grad=res)
+    want = dx + res
+    err = float((dx_r - want).abs().max() / want.abs().max())
+    return {"dx_plus_residual": err / 1e-6, "dw_unchanged": 0.0 if torch.equal(dw, dw_r)
+            else math.inf}
+
+
 def run(spec: dict[str, Any]) -> dict[str, float]:
     """Dispatch one spec by its ``kind``."""
-    checks = {"kernel": kernel_check, "block": block_check, "identity": identity_check}
+    checks = {"kernel": kernel_check, "block": block_check, "identity": identity_check,
+              "residual": residual_check}
     if spec["kind"] not in checks:
         raise ValueError(f"spec kind={spec['kind']!r} is not one of {sorted(checks)}")
     return checks[spec["kind"]](spec)

@@ -108,12 +108,18 @@ def identity_specs() -> list[dict[str, Any]]:
     ]
 
 
+def residual_specs() -> list[dict[str, Any]]:
+    return [{"kind": "residual", "batch": 2, "length": 9, "channels": 5, "dilation": d,
+             "seed": 21 + d} for d in (1, 4)]
+
+
 def all_groups() -> dict[str, list[dict[str, Any]]]:
     groups = {f"kernel-{d}-{c}": kernel_specs(d, c) for d, c in KERNEL_GRID}
     groups["offset"] = offset_specs()
     groups["split"] = split_specs()
     groups.update({f"block-{case}": block_specs(case) for case in SMOKE_CASES})
     groups["identity"] = identity_specs()
+    groups["residual"] = residual_specs()
     return groups
 
 
@@ -174,6 +180,11 @@ def test_block_zero_weight_identity(interpreted: dict) -> None:
     """fc weights zero ⇒ out == x, x.grad == grad_out bit for bit, other grads exactly 0."""
     for result in results_of(interpreted, "identity"):
         assert all(v == 0.0 for v in result.values()), result
+
+
+def test_backward_residual_grad(interpreted: dict) -> None:
+    """The launcher's residual_grad is added into dx in-kernel and leaves dw alone."""
+    assert_within(residual_specs(), results_of(interpreted, "residual"))
 
 
 # --- host-side checks (no kernel runs) ---------------------------------------------------------
