@@ -84,6 +84,12 @@ COMPILER_MODULES = (
     "torch._dynamo.convert_frame",
 )
 
+# Frame and object introspection: from the submission's own code, a way to read the harness.
+_INTROSPECTION_EVENTS = frozenset(
+    {"sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+     "gc.get_referents"}
+)  # fmt: skip
+
 # Bound on the autograd graph walk (a graph of diamonds could otherwise take forever).
 _MAX_GRAPH_NODES = 100_000
 
@@ -391,6 +397,18 @@ class Guard:
                 self._check_path(event, path)
             finally:
                 self._in_hook = False
+        elif event in _INTROSPECTION_EVENTS:
+            self._in_hook = True
+            try:
+                caller = self._direct_caller()
+                if caller is not None and _under(caller, self.submission_dir):
+                    self._add(
+                        "introspection",
+                        f"{event} called from {os.path.relpath(caller, self.submission_dir)}: "
+                        "reading the harness's frames or objects is reading grader memory",
+                    )
+            finally:
+                self._in_hook = False
         elif event in _PROCESS_EVENTS:
             self._in_hook = True
             try:
@@ -411,6 +429,13 @@ class Guard:
             pid = real.split("/")[2]
             if pid.isdigit() and int(pid) != os.getpid():
                 self._add("reads-other-process", f"{event} of {real}")
+
+    def _direct_caller(self) -> str | None:
+        """File of the code that raised the event (through ``inspect``'s helpers, if any)."""
+        frame = sys._getframe(2)  # 0: this method, 1: _audit, 2: the caller of the C function
+        while frame is not None and os.path.basename(frame.f_code.co_filename) == "inspect.py":
+            frame = frame.f_back
+        return None if frame is None else os.path.realpath(frame.f_code.co_filename)
 
     def _started_by_triton(self) -> bool:
         """True when the nearest caller outside subprocess/os is Triton's own compiler."""

@@ -95,6 +95,17 @@ def system_info(gpu: int | None) -> SystemInfo:
                       cuda=torch.version.cuda, **info)  # fmt: skip
 
 
+def _undumpable() -> None:
+    """Make this process's memory unreadable to other processes of the same user (Linux
+    PR_SET_DUMPABLE=0: /proc/<pid>/mem, ptrace): the secret seed and the truth live here."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass
+
+
 def _pick_gpu(options: GradeOptions) -> int | None:
     if options.cpu:
         return None
@@ -209,6 +220,7 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
     config = load_config(options.config_path)
     gpu = _pick_gpu(options)
     system = system_info(gpu)
+    _undumpable()
     # Fresh per grade, from the OS; it lives only in this process's memory.
     secret = int.from_bytes(os.urandom(8), "little") >> 1
     workspace = Path(workspace)

@@ -167,6 +167,14 @@ class _Scanner(ast.NodeVisitor):
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and "/proc/" in node.value:
             self.add(node, "introspection", f"string {node.value[:60]!r} reads /proc")
+        if isinstance(node.value, str) and "GRADER_" in node.value:
+            self.add(node, "harness-channel", f"string {node.value[:60]!r} names the harness's")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        name = _qualname(node, self.aliases)
+        if name in ("sys.stdin", "sys.argv", "sys.modules"):
+            self.add(node, "harness-channel", f"{name}: the harness's argv, pipes or modules")
+        self.generic_visit(node)
 
 
 def scan_tree(root: Path) -> tuple[RuleFinding, ...]:
