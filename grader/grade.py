@@ -114,7 +114,7 @@ def _pick_gpu(options: GradeOptions) -> int | None:
     return 0 if torch.cuda.is_available() else None
 
 
-def _gate_status(gate: GateResult) -> tuple[Status, list[str]]:
+def gate_status(gate: GateResult) -> tuple[Status, list[str]]:
     """Status and reasons from the gate: rules, then the child's end, then case failures."""
     child = gate.child
     findings = list(gate.findings)
@@ -156,6 +156,10 @@ def _gate_status(gate: GateResult) -> tuple[Status, list[str]]:
     if failed:
         return Status.GATE_FAILED, failed_reasons
     return Status.SCORED, []
+
+
+# The name grader/check.py imported first; kept so it keeps working.
+_gate_status = gate_status
 
 
 def _ended(child) -> str:  # type: ignore[no-untyped-def]
@@ -267,7 +271,7 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
             progress=progress_bar() if options.progress else None, oracle_device=oracle_device,
         )  # fmt: skip
-        status, reasons = _gate_status(gate)
+        status, reasons = gate_status(gate)
         utils = [c.max_utilisation for c in gate.cases if c.max_utilisation is not None]
         findings: tuple[RuleFinding, ...] = (*gate.findings, *static)
         checked = [
@@ -310,4 +314,4 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             print(f"kept {private}", file=sys.stderr)
 
 
-__all__ = ["GradeOptions", "grade", "system_info"]
+__all__ = ["GradeOptions", "gate_status", "grade", "system_info"]
