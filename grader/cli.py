@@ -34,13 +34,17 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from grader.grade import GradeOptions, grade
-    from grader.report import render_table
+    from grader.report import ExitCode, render_table
 
     options = GradeOptions(
         rev=args.commit, profile=args.profile, gpu=args.gpu, cpu=args.cpu,
         config_path=args.config, progress=not args.quiet, keep_dir=args.keep,
     )
-    report = grade(args.path, options)
+    try:
+        report = grade(args.path, options)
+    except ValueError as exc:  # a bad --gpu, a malformed scoring.yaml: the operator's to fix
+        print(f"python -m grader grade: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
     if args.json is not None:
         report.write_json(args.json)
     print(render_table(report))

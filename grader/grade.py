@@ -223,6 +223,10 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
     started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     config = load_config(options.config_path)
     gpu = _pick_gpu(options)
+    if gpu is not None and not (torch.cuda.is_available() and gpu < torch.cuda.device_count()):
+        raise ValueError(
+            f"--gpu {gpu}: this machine has {torch.cuda.device_count()} CUDA device(s)"
+        )
     system = system_info(gpu)
     _undumpable()
     # Fresh per grade, from the OS; it lives only in this process's memory.
@@ -286,7 +290,8 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
                       cases=gate.cases, max_utilisation=max(utils) if utils else None,
                       findings=findings)  # fmt: skip
         if status is not Status.SCORED:
-            return report(status, reasons, **fields)
+            tail = "\n".join(gate.child.stderr_tail.strip().splitlines()[-30:])[-3000:]
+            return report(status, reasons, child_stderr_tail=tail, **fields)
         if gpu is None:
             return report(Status.CHECKED_UNTIMED,
                           ["correct on every smoke case; nothing was timed (no GPU)"], **fields)

@@ -257,6 +257,8 @@ class GradeReport:
         started_at: ISO-8601 UTC time the grade started.
         wall_s: Seconds the grade took.
         timing: The timing phase's result, if it ran.
+        child_stderr_tail: Last lines the gate child wrote to stderr, when it failed (for a
+            person reading a crash; written by submission code too, so never parsed).
     """
 
     status: Status
@@ -276,6 +278,7 @@ class GradeReport:
     started_at: str = ""
     wall_s: float = 0.0
     timing: TimingReport | None = None
+    child_stderr_tail: str = ""
 
     def __post_init__(self) -> None:
         if not self.status.passed and self.score != 0.0:
@@ -402,6 +405,10 @@ def render_table(report: GradeReport) -> str:
         lines.append("")
         lines.append("not checked:")
         lines.extend(f"  - {item}" for item in report.not_checked)
+    if report.child_stderr_tail:
+        lines.append("")
+        lines.append("gate child's stderr (tail):")
+        lines.extend(f"  | {line}" for line in report.child_stderr_tail.splitlines()[-15:])
     lines.append(f"\ngraded in {report.wall_s:.1f} s, started {report.started_at}")
     return "\n".join(lines)
 
