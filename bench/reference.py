@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import platform
 import sys
 import time
@@ -64,7 +65,13 @@ from reference.plans import (  # noqa: E402
     shape_class,
     table_for_gpu,
 )
-from reference.tune import make_l2_flush, quantiles, time_interleaved  # noqa: E402
+from reference.tune import (  # noqa: E402
+    TuneShape,
+    make_l2_flush,
+    precompile,
+    quantiles,
+    time_interleaved,
+)
 from task.inputs import DTYPES, make_inputs  # noqa: E402
 
 # Targets the reference must meet (SPEC §8).
@@ -391,6 +398,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline-s", type=float, default=float("inf"),
                    help="start no new shape after this many seconds")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--compile-workers", type=int, default=12,
+                   help="processes that precompile the reference kernels first (0: none)")
     p.add_argument("--smoke", action="store_true",
                    help="CPU smoke run through the Triton interpreter (numbers are meaningless)")
     return p
@@ -398,6 +407,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     command = "python bench/reference.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.smoke:
         device, profiles, wall_clock = torch.device("cpu"), ["smoke"], True
@@ -415,7 +425,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[ShapeResult] = []
     skipped: list[str] = []
     start = time.monotonic()
-    for shape in bench_shapes(profiles):
+    shapes = bench_shapes(profiles)
+    if device.type == "cuda" and args.compile_workers > 0:
+        # Triton compiles each plan × shape variant on first launch, serially; fill its cache
+        # in parallel first (see reference.tune.precompile).
+        tasks = [(plan, TuneShape(s.batch, s.length, channels, s.dilation, s.dtype))
+                 for s in shapes for plan in kernel_plans(s, channels, device)[0].values()]
+        precompile(tasks, args.compile_workers, load_config().block.eps)
+    for shape in shapes:
         if time.monotonic() - start > args.deadline_s:
             skipped.append(shape.label)
             print(f"deadline: {shape.label} not run", flush=True)

@@ -1022,6 +1022,49 @@ def conv_norm_step(plan: Plan, shape: TuneShape, device: torch.device, eps: floa
     return step
 
 
+def _compile_one(task: tuple[dict[str, int], tuple[int, int, int, int, str], float, str]) -> str:
+    """Worker: launch conv+norm forward and backward once with a plan on a shape, so Triton
+    compiles both kernels into its on-disk cache. Returns "" or the error."""
+    fields, (batch, length, channels, dilation, dtype), eps, device = task
+    try:
+        step = conv_norm_step(Plan(**fields), TuneShape(batch, length, channels, dilation, dtype),
+                              torch.device(device), eps)
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - reported back; the gate will fail it properly
+        return repr(exc)[:300]
+    return ""
+
+
+def precompile(tasks: Sequence[tuple[Plan, TuneShape]], workers: int, eps: float = 1e-5,
+               device: str = "cuda") -> None:
+    """Compile the kernels of many (plan, shape) pairs in parallel worker processes.
+
+    Triton compiles on first launch, single-threaded and holding the GIL (about 1.5–2.5 s per
+    kernel variant), and every plan × shape is a variant; in one process a tuning run would
+    spend most of its time compiling. The workers fill Triton's on-disk cache, which the main
+    process then reads. Runs before any timing, so the workers' GPU work disturbs nothing.
+    (On the CPU, under the interpreter, it only exercises the mechanism: nothing is compiled.)
+    """
+    if workers <= 0 or not tasks:
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    payloads = [(plan.to_dict(), (s.batch, s.length, s.channels, s.dilation, s.dtype), eps,
+                 device) for plan, s in tasks]
+    start = time.monotonic()
+    ctx = multiprocessing.get_context("spawn")  # CUDA cannot be used in forked children
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx) as pool:
+        errors = list(pool.map(_compile_one, payloads))
+    for (plan, shape), error in zip(tasks, errors, strict=True):
+        if error:
+            log.warning("precompile %s %s: %s", shape.label, plan.to_dict(), error)
+    log.info("precompiled %d plan×shape pairs with %d workers in %.1f s", len(tasks),
+             min(workers, len(tasks)), time.monotonic() - start)
+
+
 # ----------------------------------------------------------------------------------------------
 # Driving a group: propose → gate → time → decide
 # ----------------------------------------------------------------------------------------------
@@ -1082,10 +1125,13 @@ class Tuner:
         self.can_time = device.type == "cuda"
         self._flush: Callable[[], None] | None = None
 
+    def _gate_cases(self, group: ShapeGroup) -> list[GateCase]:
+        # The interpreter takes seconds per small case: only the smoke cases are feasible there.
+        return gate_cases_for(group, self.config, self.settings.gate_cases,
+                              smoke_only=self.device.type != "cuda")
+
     def _gate(self, group: ShapeGroup) -> Gate:
-        cases = gate_cases_for(group, self.config, self.settings.gate_cases,
-                               smoke_only=self.device.type != "cuda")
-        return Gate(cases, self.config.budgets, self.device, self.secret)
+        return Gate(self._gate_cases(group), self.config.budgets, self.device, self.secret)
 
     def _heuristic(self, shape: TuneShape) -> Plan:
         return heuristic_plan(self.info, DTYPES[shape.dtype], shape.batch, shape.length,
@@ -1123,10 +1169,12 @@ class Tuner:
                          report.timings[name]["p80"])
         return {name: samples.get(name, []) for name in plans}
 
-    def _candidates(self, incumbent: Plan, heuristic: Plan) -> tuple[dict[str, Plan],
-                                                                       dict[str, str]]:
-        plans: dict[str, Plan] = {"incumbent": incumbent}
-        sources = {"incumbent": "frozen" if incumbent != heuristic else "heuristic"}
+    def _candidates(self, incumbent: Plan, heuristic: Plan, first: str = "incumbent"
+                    ) -> tuple[dict[str, Plan], dict[str, str]]:
+        """The incumbent (named ``first``), the heuristic when it differs, and neighbours of the
+        heuristic up to ``max_candidates`` plans in all."""
+        plans: dict[str, Plan] = {first: incumbent}
+        sources = {first: "frozen" if first == "frozen" or incumbent != heuristic else "heuristic"}
         if heuristic != incumbent:
             plans["heuristic"], sources["heuristic"] = heuristic, "heuristic"
         room = max(self.settings.max_candidates - len(plans), 0)
@@ -1136,6 +1184,20 @@ class Tuner:
                 break
             plans[f"neighbour{i + 1}"], sources[f"neighbour{i + 1}"] = plan, "neighbour"
         return plans, sources
+
+    def compile_tasks(self, groups: Sequence[ShapeGroup], table: PlanTable
+                      ) -> list[tuple[Plan, TuneShape]]:
+        """Every (plan, shape) the run will launch before any LLM round, for `precompile`."""
+        tasks: dict[tuple[Plan, TuneShape], None] = {}
+        for group in groups:
+            frozen = table.plans.get(group.dtype, {}).get(group.key)
+            heuristic = self._heuristic(group.timed)
+            plans, _ = self._candidates(frozen or heuristic, heuristic)
+            shapes = [case.shape for case in self._gate_cases(group)]
+            for plan in plans.values():
+                for shape in shapes:
+                    tasks[(plan, shape)] = None
+        return list(tasks)
 
     def _llm_round(self, report: GroupReport, gate: Gate, plans: dict[str, Plan],
                    samples: dict[str, list[float]], heuristic: Plan, shape: TuneShape
@@ -1196,7 +1258,9 @@ class Tuner:
                 return report, None
             report.action, report.reason = "kept", "no candidate beat the incumbent beyond noise"
             log.info("  keep incumbent (%s)", report.incumbent)
-            return report, frozen
+            # Frozen even when it is the heuristic: the table then records what was measured,
+            # and a later change of the heuristic cannot silently change a tuned shape.
+            return report, incumbent
         report.action, report.reason = "promoted", decisions[winner].reason
         log.info("  PROMOTE %s: %s", winner, decisions[winner].reason)
         return report, plans[winner]
@@ -1208,14 +1272,9 @@ class Tuner:
         report = GroupReport(group.dtype, group.key, shape.label, "frozen")
         log.info("reverify %s %s (on %s)", group.dtype, group.key, shape.label)
         gate = self._gate(group)
-        plans: dict[str, Plan] = {"frozen": frozen, "heuristic": heuristic}
-        sources = {"frozen": "frozen", "heuristic": "heuristic"}
-        room = max(self.settings.max_candidates - 2, 0)
-        for i, plan in enumerate(p for p in neighbourhood(heuristic, self.ranges, room + 1)
-                                 if p != frozen):
-            if i >= room:
-                break
-            plans[f"neighbour{i + 1}"], sources[f"neighbour{i + 1}"] = plan, "neighbour"
+        plans, sources = self._candidates(frozen, heuristic, first="frozen")
+        if "heuristic" not in plans:  # the frozen entry is the heuristic: time it twice anyway
+            plans["heuristic"], sources["heuristic"] = heuristic, "heuristic"
         samples = self._prove_and_time(report, gate, plans, sources, shape)
         if not self.can_time:
             verdict = (Verdict("keep", frozen, f"passed the gate; {TIMING_NEEDS_GPU}")
@@ -1260,6 +1319,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget-s", type=float, default=math.inf,
                    help="start no new shape class after this many seconds")
     p.add_argument("--seed", type=int, help="secret mixed into gate inputs (default: random)")
+    p.add_argument("--compile-workers", type=int,
+                   help="processes that precompile the candidates' kernels (default on a GPU: "
+                        "CPU count − 2, at most 12; 0 disables)")
     p.add_argument("--llm-endpoint", help="OpenAI-compatible base URL (or TUNE_LLM_ENDPOINT)")
     p.add_argument("--llm-model", help="model name (or TUNE_LLM_MODEL)")
     p.add_argument("--llm-max-plans", type=int, default=4)
@@ -1302,6 +1364,18 @@ def _groups_to_run(args: argparse.Namespace, config: ScoringConfig, profile: str
     return groups
 
 
+def _method(argv: Sequence[str] | None, args: argparse.Namespace, llm: LLMConfig | None,
+            settings: TuneSettings) -> str:
+    command = "python -m reference.tune " + " ".join(argv if argv is not None else sys.argv[1:])
+    mode = "reverify" if args.reverify else "tune"
+    return (f"{command.strip()} ({mode}: heuristic + neighbours"
+            f"{' + LLM ' + llm.model if llm else ''}, gate = block vs fp64 oracle on the class "
+            f"shapes + {settings.gate_cases} scoring.yaml cases, poisoned outputs; timing = "
+            f"conv+norm fwd+bwd, {settings.rounds} interleaved rounds, rotating order, L2 "
+            f"flush, CUDA events; promote if bootstrap CI of the paired speedup > 1 and median "
+            f">= {1 + settings.min_gain:.2f}; drift threshold {settings.drift:.2f})")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status (0 ok, 1 a shape class has no passing plan)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -1324,6 +1398,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     tuner = Tuner(config, device, settings, llm, secret)
     groups = _groups_to_run(args, config, profile, table)
     start = time.monotonic()
+    workers = args.compile_workers
+    if workers is None:
+        workers = max(min((os.cpu_count() or 1) - 2, 12), 0) if device.type == "cuda" else 0
+    if workers > 0:
+        precompile(tuner.compile_tasks(groups, table), workers, config.block.eps, device.type)
+    out = args.out or (default_table_path(info.name) if device.type == "cuda" else None)
+    method = _method(argv, args, llm, settings)
     updates: dict[tuple[str, str], Plan | None] = {}
     reports: list[GroupReport] = []
     failed = False
@@ -1345,26 +1426,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if plan is not None and plan != frozen:
                 updates[(group.dtype, group.key)] = plan
         reports.append(report)
-    command = "python -m reference.tune " + " ".join(
-        a for a in (argv if argv is not None else sys.argv[1:]))
-    mode = "reverify" if args.reverify else "tune"
-    method = (f"{command.strip()} ({mode}: heuristic + neighbours"
-              f"{' + LLM ' + llm.model if llm else ''}, gate = block vs fp64 oracle on the class "
-              f"shapes + {settings.gate_cases} scoring.yaml cases, poisoned outputs; timing = "
-              f"conv+norm fwd+bwd, {settings.rounds} interleaved rounds, rotating order, L2 "
-              f"flush, CUDA events; promote if bootstrap CI of the paired speedup > 1 and median "
-              f">= {1 + settings.min_gain:.2f}; drift threshold {settings.drift:.2f})")
+        # Written after every class: a run stopped by a time limit keeps what it decided.
+        _write_outputs(args, out, merge_table(table, updates, table_meta(info.name, method)),
+                       reports, profile, secret, tuner.can_time, device)
     new_table = merge_table(table, updates, table_meta(info.name, method))
-    out = args.out or (default_table_path(info.name) if device.type == "cuda" else None)
+    _write_outputs(args, out, new_table, reports, profile, secret, tuner.can_time, device)
     if out is not None and (device.type == "cuda" or args.out is not None):
-        save_table(out, new_table)
         log.info("wrote %s (%d change(s))", out, len(updates))
-    if args.report is not None:
-        args.report.write_text(json.dumps({
-            "meta": new_table.meta, "profile": profile, "secret": secret,
-            "timed": tuner.can_time, "unproven_entries": unproven_entries(new_table, reports),
-            "groups": [r.to_json() for r in reports],
-        }, indent=1, default=str) + "\n")
     if not tuner.can_time:
         log.warning("%s", TIMING_NEEDS_GPU)
     unproven = unproven_entries(new_table, reports)
@@ -1372,6 +1440,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("%d of %d table entries passed the gate in this run%s", entries - len(unproven),
              entries, f"; not proven: {unproven}" if unproven else "")
     return 1 if failed else 0
+
+
+def _write_outputs(args: argparse.Namespace, out: Path | None, table: PlanTable,
+                   reports: Sequence[GroupReport], profile: str, secret: int, timed: bool,
+                   device: torch.device) -> None:
+    if out is not None and (device.type == "cuda" or args.out is not None):
+        save_table(out, table)
+    if args.report is not None:
+        args.report.write_text(json.dumps({
+            "meta": table.meta, "profile": profile, "secret": secret, "timed": timed,
+            "unproven_entries": unproven_entries(table, reports),
+            "groups": [r.to_json() for r in reports],
+        }, indent=1, default=str) + "\n")
 
 
 def unproven_entries(table: PlanTable, reports: Sequence[GroupReport]) -> list[str]:

@@ -519,12 +519,14 @@ def test_interpreted_tuner_gates_and_says_timing_needs_a_gpu(tmp_path: Path,
     proc = subprocess.run(
         [sys.executable, "-m", "reference.tune", "--profile", "smoke", "--dtypes", "float32",
          "--max-candidates", "2", "--gate-cases", "1", "--seed", "5", "--out", str(out),
+         "--compile-workers", "2",
          "--report", str(report), "--llm-endpoint", fake_llm.url, "--llm-model", "fake"],
         capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert tune.TIMING_NEEDS_GPU in proc.stderr
     assert "llm proposal rejected: plan 1: fwd_num_warps=3" in proc.stderr
+    assert "precompiled 4 plan×shape pairs with 2 workers" in proc.stderr  # spawn pool works
     data = json.loads(report.read_text())
     (group,) = data["groups"]
     assert data["timed"] is False and group["action"] == "untimed"
