@@ -12,7 +12,7 @@ import math
 import pytest
 from timing_workspace import (
     CORPUS,
-    expected_verdict,
+    expected_verdicts,
     make_workspace,
     small_profile,
     with_profile,
@@ -34,12 +34,14 @@ def triton_cache(tmp_path_factory):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES)
 def test_corpus_case(case: str, tmp_path, triton_cache) -> None:
-    status, reason = expected_verdict(CORPUS / case)
+    verdicts = expected_verdicts(CORPUS / case)
     ws = make_workspace(tmp_path / "ws", (CORPUS / case / "solution.py").read_text())
     report = run_timing(ws, CONFIG, profile="corpus", progress=None, triton_cache=triton_cache)
     summary = f"{report.status}: {report.reason} | {report.telemetry.get('child_stderr_tail')}"
-    assert report.status == status, summary
-    if reason is not None:
+    matching = [(s, r) for s, r in verdicts if s == report.status]
+    assert matching, f"expected one of {verdicts}, got {summary}"
+    status, reason = matching[0]
+    if reason is not None and status != "ok":
         assert reason.lower() in report.reason.lower(), summary
     if status != "ok":
         assert report.score == 0.0 and report.reason
@@ -59,5 +61,5 @@ def test_every_case_declares_its_verdict() -> None:
     """Runs without a GPU: the corpus is well-formed."""
     assert len(CASES) >= 14
     for case in CASES:
-        status, _ = expected_verdict(CORPUS / case)
-        assert status in {"ok", "rule_broken", "check_failed", "implausible"}, case
+        for status, _ in expected_verdicts(CORPUS / case):
+            assert status in {"ok", "rule_broken", "check_failed", "implausible"}, case

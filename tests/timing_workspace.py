@@ -12,16 +12,24 @@ from grader.config import Profile, ScoringConfig, Shape
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus_timing"
-_EXPECTED = re.compile(r"^Expected: (\w+)(?: \((.+)\))?\s*$", re.MULTILINE)
+_EXPECTED = re.compile(r"^Expected: (.+?)\s*$", re.MULTILINE)
+_VERDICT = re.compile(r"^(\w+)(?: \((.+)\))?$")
 
 
-def expected_verdict(case: Path) -> tuple[str, str | None]:
-    """(status, substring of the reason) from the ``Expected:`` line of a case's docstring."""
+def expected_verdicts(case: Path) -> list[tuple[str, str | None]]:
+    """[(status, substring of the reason)] from the ``Expected:`` line of a case's docstring:
+    ``Expected: <status> (<reason>)``, alternatives joined by `` or ``."""
     text = (case / "solution.py").read_text()
     match = _EXPECTED.search(text)
     if match is None:
         raise ValueError(f"{case}/solution.py has no 'Expected: <status> (<reason>)' line")
-    return match.group(1), match.group(2)
+    out = []
+    for part in match.group(1).split(" or "):
+        verdict = _VERDICT.match(part.strip())
+        if verdict is None:
+            raise ValueError(f"{case}/solution.py: cannot read the verdict {part!r}")
+        out.append((verdict.group(1), verdict.group(2)))
+    return out
 
 
 def make_workspace(dest: Path, solution: str, *, git: bool = False) -> Path:
