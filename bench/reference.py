@@ -76,7 +76,7 @@ from reference.tune import (  # noqa: E402
     quantiles,
     time_interleaved,
 )
-from task.inputs import DTYPES, make_inputs  # noqa: E402
+from task.inputs import DTYPES  # noqa: E402
 
 # Targets the reference must meet (SPEC §8).
 COPY_FRACTION_TARGET = 0.70
@@ -114,6 +114,7 @@ class ShapeResult:
     plan: dict[str, int] = field(default_factory=dict)
     plan_source: str = ""
     heuristic: dict[str, int] = field(default_factory=dict)
+    vs_eager_rel: dict[str, float] = field(default_factory=dict)
     error: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -162,21 +163,29 @@ def _clear(block: torch.nn.Module, x: torch.Tensor) -> Callable[[], None]:
 
 def measure_steps(shape: BenchShape, channels: int, device: torch.device, rounds: int,
                   warmup: int, flush: Callable[[], None], wall_clock: bool,
-                  with_compile: bool) -> tuple[dict[str, list[float]], float]:
-    """Per-round step times of eager, compile and reference (twice); compile seconds."""
+                  with_compile: bool
+                  ) -> tuple[dict[str, list[float]], float, dict[str, float]]:
+    """Per-round step times of eager, compile and reference (twice); compile seconds; the
+    reference's agreement with eager."""
     from reference.block import DilatedResidualBlock as ReferenceBlock
     from task.model import DilatedResidualBlock as FrozenBlock
 
     cfg = load_config().block
     dtype = DTYPES[shape.dtype]
-    inputs = make_inputs(batch=shape.batch, length=shape.length, channels=channels,
-                         expansion=cfg.expansion, family="normal", dtype=shape.dtype, seed=1,
-                         device=device)
+    # Weights: the frozen block's default init from a fixed seed, copied into the others. Inputs
+    # are drawn on the device (the CPU draw of make_inputs costs seconds at these sizes).
+    torch.manual_seed(0)
+    template = FrozenBlock(channels, shape.dilation, cfg.expansion, cfg.eps, cfg.residual_scale)
+    state = template.to(device, dtype).state_dict()
+    gen = torch.Generator(device=device).manual_seed(1)
+    dims = (shape.batch, shape.length, channels)
+    x = torch.randn(dims, generator=gen, device=device).to(dtype)
+    grad = torch.randn(dims, generator=gen, device=device).to(dtype)
 
     def build(cls: type) -> torch.nn.Module:
         block = cls(channels, shape.dilation, cfg.expansion, cfg.eps, cfg.residual_scale)
         block = block.to(device, dtype)
-        block.load_state_dict(inputs.state_dict())
+        block.load_state_dict(state)
         return block
 
     blocks: dict[str, torch.nn.Module] = {"eager": build(FrozenBlock)}
@@ -186,8 +195,8 @@ def measure_steps(shape: BenchShape, channels: int, device: torch.device, rounds
     if with_compile:
         torch._dynamo.reset()  # each shape compiles from a clean state: compile time is its own
         blocks["compile"] = torch.compile(build(FrozenBlock))
-    leaves = {name: inputs.x.clone().requires_grad_(True) for name in blocks}
-    fns = {name: _step(block, leaves[name], inputs.grad_out) for name, block in blocks.items()}
+    leaves = {name: x.clone().requires_grad_(True) for name in blocks}
+    fns = {name: _step(block, leaves[name], grad) for name, block in blocks.items()}
     prepare = {name: _clear(block, leaves[name]) for name, block in blocks.items()}
     if with_compile:
         prepare["compile"]()
@@ -200,7 +209,27 @@ def measure_steps(shape: BenchShape, channels: int, device: torch.device, rounds
     order = [n for n in STEP_NAMES if n in fns]
     samples = time_interleaved({n: fns[n] for n in order}, rounds, warmup, flush,
                                prepare=prepare, wall_clock=wall_clock)
-    return samples, compile_s
+    return samples, compile_s, agreement(blocks["eager"], reference, x, grad)
+
+
+def agreement(eager: torch.nn.Module, reference: torch.nn.Module, x: torch.Tensor,
+              grad: torch.Tensor) -> dict[str, float]:
+    """Sanity check of what was timed: the reference's output and gradients against eager's
+    (relative L2). The real proof is the tuner's gate against the fp64 oracle."""
+    got = {}
+    for name, block in (("eager", eager), ("reference", reference)):
+        block.zero_grad(set_to_none=True)
+        leaf = x.clone().requires_grad_(True)
+        out = block(leaf)
+        out.backward(grad)
+        got[name] = {"out": out.detach(), "grad_x": leaf.grad,
+                     **{k: p.grad for k, p in block.named_parameters()}}
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        a, b = a.double(), b.double()
+        return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+    return {k: rel(got["reference"][k], got["eager"][k]) for k in got["eager"]}
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -255,8 +284,8 @@ def run_shape(shape: BenchShape, channels: int, device: torch.device, rounds: in
               flush: Callable[[], None], wall_clock: bool, with_compile: bool) -> ShapeResult:
     """Both measurements of one shape, summarised."""
     result = ShapeResult(shape)
-    steps, result.compile_s = measure_steps(shape, channels, device, rounds, warmup, flush,
-                                            wall_clock, with_compile)
+    steps, result.compile_s, result.vs_eager_rel = measure_steps(
+        shape, channels, device, rounds, warmup, flush, wall_clock, with_compile)
     result.step = {name: quantiles(v) for name, v in steps.items()}
     result.ratios["eager/reference"] = _ratio(steps, "eager", "reference")
     result.ratios["noise reference/reference_again"] = _ratio(steps, "reference",
@@ -325,8 +354,8 @@ def markdown(meta: dict[str, Any], results: Sequence[ShapeResult], skipped: Sequ
     lines += [f"- {k}: {v}" for k, v in meta.items() if k not in ("targets",)]
     lines += ["", "## Full training step (ms: median (p20–p80)); ratios: median [95% CI]", "",
               "| shape | profiles | eager | compile | reference | reference again | "
-              "eager/ref | compile/ref | noise ref/ref | compile s |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "eager/ref | compile/ref | noise ref/ref | compile s | ref vs eager (max rel) |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
         if r.error:
             lines.append(f"| {r.shape.label} | {','.join(r.shape.profiles)} | error: {r.error} |"
@@ -339,7 +368,8 @@ def markdown(meta: dict[str, Any], results: Sequence[ShapeResult], skipped: Sequ
             f"{_fmt_ratio(r.ratios.get('eager/reference'))} | "
             f"{_fmt_ratio(r.ratios.get('compile/reference'))} | "
             f"{_fmt_ratio(r.ratios.get('noise reference/reference_again'))} | "
-            f"{'–' if r.compile_s != r.compile_s else f'{r.compile_s:.1f}'} |")
+            f"{'–' if r.compile_s != r.compile_s else f'{r.compile_s:.1f}'} | "
+            f"{max(r.vs_eager_rel.values(), default=float('nan')):.1e} |")
     lines += ["", "## conv+norm kernels alone (bytes model: fwd 2·N·e, bwd 4·N·e, copy 2·N·e)", "",
               "| shape | plan | fwd ms | fwd GB/s | fwd % copy | bwd ms | bwd GB/s | bwd % copy | "
               "copy GB/s | heuristic fwd ms | heuristic bwd ms |",
