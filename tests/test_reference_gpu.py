@@ -6,7 +6,8 @@ Skipped without CUDA (conftest). Every check stays within half of scoring.yaml's
   CPU interpreter cannot run), split channels, several tile shapes;
 - production shapes on fresh random inputs;
 - the zero-weight identity, bit for bit;
-- determinism of the conv-tap gradient (and of dx) across runs.
+- determinism of the conv-tap gradient (and of dx) across runs;
+- the backward launcher's in-kernel residual gradient.
 Every run poisons the buffers the launchers allocate (NaN), so an unwritten element fails.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from reference_runner import block_check, identity_check, kernel_check
+from reference_runner import block_check, identity_check, kernel_check, residual_check
 
 from grader.config import load_config
 
@@ -120,3 +121,12 @@ def test_conv_grad_deterministic(dtype: str) -> None:
         grads.append((xr.grad, wr.grad))
     assert torch.equal(grads[0][1], grads[1][1])
     assert torch.equal(grads[0][0], grads[1][0])
+
+
+def test_backward_residual_grad() -> None:
+    """The launcher's residual_grad (HAS_RES) adds into dx in-kernel, groups > 1, dw unchanged."""
+    for batch, length, dilation in ((4, 4096, 1), (2, 129, 200)):
+        spec = {"batch": batch, "length": length, "channels": 128, "dilation": dilation,
+                "seed": _fresh_seed(), "device": "cuda"}
+        result = residual_check(spec)
+        assert result["dx_plus_residual"] <= 1.0 and result["dw_unchanged"] == 0.0, result
