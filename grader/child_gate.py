@@ -21,6 +21,7 @@ from pathlib import Path
 REPO = Path(sys.argv[1]).resolve()
 sys.path.insert(0, str(REPO))
 
+import faulthandler  # noqa: E402
 import inspect  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -305,6 +306,8 @@ class Harness:
 
 
 def main() -> None:
+    # A segfault in submission code still leaves its Python stack in the child's stderr tail.
+    faulthandler.enable()
     job = json.loads(Path(sys.argv[2]).read_text())
     harness = Harness(job)
     _warm_up(harness.device)
