@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,3 +59,19 @@ def test_targets_and_markdown() -> None:
     assert bench.targets([good])["conv_norm_ge_70%_copy"] is True
     text = bench.markdown({"gpu": "NVIDIA H200", "targets": t}, [good, slow], ["x"])
     assert "| float32:32x4096:d1 | h200 |" in text and "Not run (deadline): x" in text
+
+
+@pytest.mark.slow
+def test_warm_compile_pool_on_cpu(tmp_path: Path) -> None:
+    """--warm-compile-only's spawn pool end to end (Inductor's CPU backend; a GPU run differs only
+    in the device)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "reference.py"), "--smoke", "--warm-compile-only",
+         "--out-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    times = json.loads((tmp_path / "compile-warm.json").read_text())
+    assert set(times) == {s.label for s in bench.bench_shapes(["smoke"])}
+    assert all(math.isfinite(t) and t > 0 for t in times.values()), (times, proc.stdout)
