@@ -5,9 +5,12 @@ that the grader mixes into every case's public seed (`derive_seed`), so it canno
 
 Families (SPEC §3):
 - ``normal``: x ~ N(0, 1), weights as PyTorch's default init of the frozen block.
-- ``offset``: x ~ 1000 + N(0, 1) and conv taps nearly equal (1/3 + 1e-3·N(0, 1)) in every channel,
-  so the conv output of all channels shares a mean ≈ 1000 that is large against the spread of the
-  whole example. A variance computed as E[y²] − E[y]² in fp32 loses it.
+- ``offset``: x ~ 1000 + N(0, 1) and the same centre-heavy taps ≈ (0.05, 0.9, 0.05) in every
+  channel (each perturbed by 1e-4·N(0, 1)), so the conv output of all channels shares a mean ≈ 1000
+  that is large against the spread of the whole example (variance ≈ 1.4 at length 8192). A
+  variance computed as E[y²] − E[y]² in fp32 loses it. The taps are centre-heavy because the
+  zero-padded edge rows lose the outer taps' share of the offset: with taps ≈ 1/3 they sat 333
+  below the mean and dominated the variance (≈ 30 at length 8192), which hid the cancellation.
 - ``scale``: x ~ N(0, 100²): large values whose squares overflow fp16.
 - ``tiny``: x ~ N(0, 1e-3²): the variance is below eps, so eps must be added where the math says.
 """
@@ -107,7 +110,8 @@ def make_inputs(
 
     # nn.Conv1d / nn.Linear default init: U(−1/√fan_in, 1/√fan_in).
     if family == "offset":
-        conv = 1.0 / 3.0 + 1e-3 * torch.randn((channels, 1, 3), generator=gen, dtype=f64)
+        centre_heavy = torch.tensor([0.05, 0.9, 0.05], dtype=f64)
+        conv = centre_heavy + 1e-4 * torch.randn((channels, 1, 3), generator=gen, dtype=f64)
     else:
         conv = uniform((channels, 1, 3), 1.0 / math.sqrt(3.0))
     fc1 = uniform((hidden, channels), 1.0 / math.sqrt(channels))

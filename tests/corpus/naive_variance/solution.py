@@ -1,8 +1,9 @@
 """Known bad: variance as E[y²] − E[y]² in fp32, in one pass.
 
-Correct on zero-mean inputs; on the offset family (inputs around 1000, taps nearly equal, so every
-channel's conv output shares a mean near 1000) the two terms are ~1e6 and their difference ~0.3:
-fp32 cancels it away. Expected: gate_failed on the offset case (forward or gradients).
+Correct on zero-mean inputs; on the offset family (inputs around 1000, the same centre-heavy taps in
+every channel, so every channel's conv output shares a mean near 1000) the two terms are ~1e6 and
+their difference a few units: fp32 cancels most of it away. Expected: gate_failed on the offset
+case (forward or gradients).
 """
 
 import torch
@@ -13,11 +14,6 @@ from naive_triton import BLOCK_L, BLOCK_N, _conv_fwd, _ConvNorm, _normalize, _po
 from naive_triton import DilatedResidualBlock as _Naive
 
 EXPECTED = "fail:gate_failed:forward|grad"
-# The offset family (task/inputs.py) uses taps ≈ (1/3, 1/3, 1/3): the zero-padded edge rows lose a
-# third of the 1000 offset, and those outliers dominate the variance (≈3400 at L=64, ≈30 at
-# L=8192, against ≈3 inside), so the cancellation costs only ~1e-3 relative (measured) and this
-# passes every case. A centre-heavy tap set (e.g. ≈(0.05, 0.9, 0.05)) would trap it.
-XFAIL = "offset family's edge rows dominate the variance; the naive variance is not trapped"
 
 
 @triton.jit
