@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import json
 import logging
 import math
@@ -1181,18 +1182,28 @@ class Tuner:
 
     def _candidates(self, incumbent: Plan, heuristic: Plan, first: str = "incumbent"
                     ) -> tuple[dict[str, Plan], dict[str, str]]:
-        """The incumbent (named ``first``), the heuristic when it differs, and neighbours of the
-        heuristic up to ``max_candidates`` plans in all."""
+        """The incumbent (named ``first``), the heuristic when it differs, and neighbours up to
+        ``max_candidates`` plans in all: the heuristic's neighbourhood, interleaved with the
+        incumbent's when that is a different (frozen) plan, so a run both explores around the
+        heuristic and hill-climbs from the best plan known."""
         plans: dict[str, Plan] = {first: incumbent}
         sources = {first: "frozen" if first == "frozen" or incumbent != heuristic else "heuristic"}
         if heuristic != incumbent:
             plans["heuristic"], sources["heuristic"] = heuristic, "heuristic"
         room = max(self.settings.max_candidates - len(plans), 0)
-        for i, plan in enumerate(p for p in neighbourhood(heuristic, self.ranges, room + 1)
-                                 if p != incumbent):
-            if i >= room:
+        around_heuristic = neighbourhood(heuristic, self.ranges, room + 2)
+        around_incumbent = (neighbourhood(incumbent, self.ranges, room + 2)
+                            if incumbent != heuristic else [])
+        merged = [p for pair in itertools.zip_longest(around_heuristic, around_incumbent)
+                  for p in pair if p is not None]
+        count = 0
+        for plan in dict.fromkeys(merged):
+            if count >= room:
                 break
-            plans[f"neighbour{i + 1}"], sources[f"neighbour{i + 1}"] = plan, "neighbour"
+            if plan in plans.values():
+                continue
+            count += 1
+            plans[f"neighbour{count}"], sources[f"neighbour{count}"] = plan, "neighbour"
         return plans, sources
 
     def compile_tasks(self, groups: Sequence[ShapeGroup], table: PlanTable

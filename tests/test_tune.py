@@ -534,3 +534,17 @@ def test_interpreted_tuner_gates_and_says_timing_needs_a_gpu(tmp_path: Path,
     assert all(g["passed"] for g in group["gates"].values()), group["gates"]
     assert all(math.isfinite(g["max_util"]) and g["max_util"] < 1 for g in group["gates"].values())
     assert load_table(out).plans == {}
+
+
+def test_candidates_explore_around_the_heuristic_and_the_frozen_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tuner = make_tuner(monkeypatch, max_candidates=5)
+    frozen = Plan(fwd_block_rows=64, fwd_num_warps=8, fwd_group=8, bwd_group=8)
+    plans, sources = tuner._candidates(frozen, BASE)
+    assert list(plans) == ["incumbent", "heuristic", "neighbour1", "neighbour2", "neighbour3"]
+    assert sources["incumbent"] == "frozen" and sources["heuristic"] == "heuristic"
+    assert plans["neighbour1"] == tune.neighbourhood(BASE, RANGES, 1)[0]
+    assert plans["neighbour2"] == tune.neighbourhood(frozen, RANGES, 1)[0]
+    assert len(set(plans.values())) == 5
+    only, _ = tuner._candidates(BASE, BASE)  # no frozen entry: the heuristic's neighbours alone
+    assert list(only.values())[1:] == tune.neighbourhood(BASE, RANGES, 4)
