@@ -479,7 +479,7 @@ def run_check(
             elif not time_it:
                 not_checked.append("timing: --no-time")
             else:
-                timing, est = _time(exported.root, config, profile, progress)
+                timing, est = _time(exported.root, config, profile, gpu, progress)
                 status, reasons = _timing_verdict(timing, est)
         return CheckReport(
             status=status, reasons=reasons,
@@ -491,12 +491,13 @@ def run_check(
 
 
 def _time(
-    root: Path, config: ScoringConfig, profile: str | None, progress: Any
+    root: Path, config: ScoringConfig, profile: str | None, gpu: int | None, progress: Any
 ) -> tuple[TimingReport, ScoreEstimate]:
     from grader.timing import run_timing
 
     timing = run_timing(
-        root, config, profile=profile, progress=progress, reference_module=PLAIN_AS_REFERENCE
+        root, config, profile=profile, gpu=0 if gpu is None else gpu, progress=progress,
+        reference_module=PLAIN_AS_REFERENCE,
     )
     return timing, estimate(timing, load_published(timing.profile), config)
 
@@ -506,14 +507,7 @@ def _timing_verdict(
 ) -> tuple[Status, tuple[str, ...]]:
     if timing.status == "ok":
         return Status.SCORED, ()
-    status = {
-        "rule_broken": Status.RULE_BROKEN,
-        "timed_out": Status.TIMED_OUT,
-        "out_of_memory": Status.OUT_OF_MEMORY,
-        "crashed": Status.CRASHED,
-        "grader_error": Status.GRADER_ERROR,
-    }.get(timing.status, Status.TIMING_FAILED)
-    return status, (f"timing {timing.status}: {timing.reason}",)
+    return Status.of_timing(timing.status), (f"timing {timing.status}: {timing.reason}",)
 
 
 def _next_invalid(reason: str) -> tuple[str, ...]:

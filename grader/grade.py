@@ -194,18 +194,10 @@ def _run_timing(sub_root: Path, config: ScoringConfig, options: GradeOptions,
         return None
     from grader import timing
 
-    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    try:
-        return timing.run_timing(
-            sub_root, config, profile=options.profile,
-            progress=sys.stderr if options.progress else None,
-        )  # fmt: skip
-    finally:
-        if previous is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+    return timing.run_timing(
+        sub_root, config, profile=options.profile, gpu=gpu,
+        progress=sys.stderr if options.progress else None,
+    )  # fmt: skip
 
 
 def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeReport:
@@ -302,7 +294,8 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
                           **fields)  # fmt: skip
         fields["checked"] = (*checked, f"timing, profile {timing.profile}")
         if timing.status != "ok":
-            return report(Status.TIMING_FAILED, [f"timing: {timing.status}: {timing.reason}"],
+            return report(Status.of_timing(timing.status),
+                          [f"timing: {timing.status}: {timing.reason}"],
                           timing=timing, **fields)  # fmt: skip
         return report(Status.SCORED, [], score=timing.score, timing=timing, **fields)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure is a report too

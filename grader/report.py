@@ -40,6 +40,18 @@ class Status(enum.StrEnum):
     def passed(self) -> bool:
         return self in (Status.SCORED, Status.CHECKED_UNTIMED)
 
+    @classmethod
+    def of_timing(cls, timing_status: str) -> Status:
+        """The grade's status for a `TimingReport.status` (``ok`` is scored)."""
+        return {
+            "ok": cls.SCORED,
+            "rule_broken": cls.RULE_BROKEN,
+            "timed_out": cls.TIMED_OUT,
+            "out_of_memory": cls.OUT_OF_MEMORY,
+            "crashed": cls.CRASHED,
+            "grader_error": cls.GRADER_ERROR,
+        }.get(timing_status, cls.TIMING_FAILED)  # check_failed, implausible
+
 
 class ExitCode(enum.IntEnum):
     """Exit status of ``python -m grader grade``, one per `Status`."""

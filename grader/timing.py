@@ -359,6 +359,7 @@ def run_timing(
     config: ScoringConfig,
     *,
     profile: str | None = None,
+    gpu: int | None = None,
     gpu_name: str | None = None,
     progress: TextIO | None = sys.stderr,
     seed: int | None = None,
@@ -375,6 +376,8 @@ def run_timing(
         submission_root: The exported submitted tree (holds ``solution.py``).
         config: The loaded `scoring.yaml`.
         profile: Timing profile name; default: the one for this GPU (``timing.profiles.*.gpus``).
+        gpu: Index of the GPU to time on (the child sees only it); default: the caller's
+            ``CUDA_VISIBLE_DEVICES`` if set, else GPU 0.
         gpu_name: GPU name for picking the profile when NVML cannot tell.
         progress: Where the progress bar goes (None: silent).
         seed: Seed of the timing inputs; default: fresh from the OS.
@@ -395,7 +398,7 @@ def run_timing(
 
     started = time.monotonic()
     env: dict[str, str] = {}
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = str(gpu) if gpu is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible  # the sandbox's environment allow-list drops it
     if triton_cache is not None:

@@ -152,8 +152,9 @@ def test_timing_runs_plain_in_the_reference_slot_and_estimates(
         return TimingReport(profile="l4", shapes=shapes, telemetry={"x": np.arange(2)})
 
     monkeypatch.setattr(grader.timing, "run_timing", fake_run_timing)
-    timing, est = check._time(tmp_path, CONFIG, None, None)
+    timing, est = check._time(tmp_path, CONFIG, None, 1, None)
     assert seen["reference_module"] == "task.model" == check.PLAIN_AS_REFERENCE
+    assert seen["gpu"] == 1  # the check's --gpu reaches the timing child
     assert est.profile == "l4" and est.provisional
     g = check.load_published("l4").g  # type: ignore[union-attr]
     assert est.shapes[0].score == pytest.approx(
