@@ -68,3 +68,15 @@ def test_untimed_has_no_score_and_scored_needs_one() -> None:
     assert make(Status.CHECKED_UNTIMED, None).score is None
     with pytest.raises(ValueError):
         make(Status.SCORED, None, reasons=())
+
+
+def test_timing_status_maps_to_the_grade_status():
+    """A timing child that crashed is a crash, a rule broken while timed is a broken rule."""
+    assert Status.of_timing("ok") is Status.SCORED
+    assert Status.of_timing("rule_broken") is Status.RULE_BROKEN
+    assert Status.of_timing("crashed") is Status.CRASHED
+    assert Status.of_timing("timed_out") is Status.TIMED_OUT
+    assert Status.of_timing("out_of_memory") is Status.OUT_OF_MEMORY
+    assert Status.of_timing("grader_error") is Status.GRADER_ERROR
+    assert Status.of_timing("implausible") is Status.TIMING_FAILED
+    assert Status.of_timing("check_failed") is Status.TIMING_FAILED
