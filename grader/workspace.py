@@ -80,9 +80,9 @@ def _git(workspace: Path, *args: str, input_bytes: bytes | None = None) -> bytes
     return proc.stdout
 
 
-def _entries(workspace: Path, commit: str) -> list[tuple[str, str, str, int, str]]:
-    """(mode, type, object id, size, path) of every entry of the commit's tree, recursively."""
-    raw = _git(workspace, "ls-tree", "-r", "-l", "-z", "--full-tree", commit)
+def _entries(workspace: Path, tree: str) -> list[tuple[str, str, str, int, str]]:
+    """(mode, type, object id, size, path) of every entry of a tree, recursively."""
+    raw = _git(workspace, "ls-tree", "-r", "-l", "-z", "--full-tree", tree)
     out = []
     for record in raw.split(b"\0"):
         if not record:
@@ -130,8 +130,10 @@ def check_tree(entries: list[tuple[str, str, str, int, str]], limits: Limits) ->
 
 
 def has_uncommitted_changes(workspace: Path) -> bool:
-    """Staged, unstaged or untracked (not ignored) changes in the working copy."""
-    return bool(_git(workspace, "status", "--porcelain", "--untracked-files=normal").strip())
+    """Staged, unstaged or untracked (not ignored) changes in the working copy, under ``workspace``
+    when it is a folder inside the repository."""
+    status = _git(workspace, "status", "--porcelain", "--untracked-files=normal", "--", ".")
+    return bool(status.strip())
 
 
 def export_submission(
@@ -140,7 +142,9 @@ def export_submission(
     """Export the tree of ``rev`` in ``workspace`` into the empty or new directory ``dest``.
 
     Args:
-        workspace: A git repository (its root or any directory inside it).
+        workspace: A git repository's root, or a folder inside one: then the submission is that
+            folder's subtree of the commit (so a workspace kept inside a larger repository, like
+            this project's template and corpus, grades as it would on its own).
         dest: Where the files go.
         limits: ``scoring.yaml``'s ``limits`` (the tree part is used).
         rev: Any commit-ish.
@@ -158,8 +162,14 @@ def export_submission(
             f"{workspace}: no commit {rev!r} (is it a git repository with a commit?): {exc}"
         ) from exc
     commit_id = commit.decode().strip()
-    tree_id = _git(workspace, "rev-parse", f"{commit_id}^{{tree}}").decode().strip()
-    entries = _entries(workspace, commit_id)
+    prefix = _git(workspace, "rev-parse", "--show-prefix").decode().strip().rstrip("/")
+    try:
+        tree_id = _git(workspace, "rev-parse", f"{commit_id}:{prefix}").decode().strip()
+    except SubmissionError as exc:
+        raise SubmissionError(
+            f"{workspace}: the folder {prefix!r} is not in commit {commit_id[:12]}"
+        ) from exc
+    entries = _entries(workspace, tree_id)
     total = check_tree(entries, limits)
 
     dest = Path(dest)

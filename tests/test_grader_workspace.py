@@ -25,6 +25,24 @@ def test_exports_head_and_flags_uncommitted(tmp_path: Path) -> None:
     assert sub.commit == git(ws, "rev-parse", "HEAD")
 
 
+def test_a_folder_inside_a_repository_is_its_committed_subtree(tmp_path: Path) -> None:
+    repo = make_workspace(tmp_path / "repo", {
+        "README.md": "outer\n",
+        "ws/solution.py": "A = 1\n",
+        "ws/pkg/k.py": "B = 2\n",
+    })  # fmt: skip
+    (repo / "README.md").write_text("dirty outside the folder\n")
+    sub = export_submission(repo / "ws", tmp_path / "out", LIMITS)
+    assert sorted(sub.files) == ["pkg/k.py", "solution.py"]
+    assert sub.tree == git(repo, "rev-parse", "HEAD:ws")
+    assert not sub.uncommitted_changes  # the change outside the folder is not the submission's
+    (repo / "ws" / "solution.py").write_text("A = 'dirty'\n")
+    assert export_submission(repo / "ws", tmp_path / "out2", LIMITS).uncommitted_changes
+    (repo / "new").mkdir()
+    with pytest.raises(SubmissionError, match="'new' is not in commit"):
+        export_submission(repo / "new", tmp_path / "out3", LIMITS)
+
+
 def test_clean_workspace_is_not_flagged(tmp_path: Path) -> None:
     ws = make_workspace(tmp_path / "ws", {"solution.py": "A = 1\n"})
     assert not export_submission(ws, tmp_path / "out", LIMITS).uncommitted_changes
