@@ -548,3 +548,89 @@ def test_candidates_explore_around_the_heuristic_and_the_frozen_plan(
     assert len(set(plans.values())) == 5
     only, _ = tuner._candidates(BASE, BASE)  # no frozen entry: the heuristic's neighbours alone
     assert list(only.values())[1:] == tune.neighbourhood(BASE, RANGES, 4)
+
+
+# ----------------------------------------------------------------------------- timing and gate
+
+
+def test_time_interleaved_rotates_and_prepares_before_every_sample() -> None:
+    calls: list[str] = []
+    fns = {n: (lambda n=n: calls.append(n)) for n in ("a", "b", "c")}
+    prepare = {n: (lambda n=n: calls.append(f"prep-{n}")) for n in ("a", "b", "c")}
+    flushes: list[int] = []
+    samples = tune.time_interleaved(fns, rounds=3, warmup=1, flush=lambda: flushes.append(1),
+                                    prepare=prepare, wall_clock=True)
+    assert {n: len(v) for n, v in samples.items()} == {"a": 3, "b": 3, "c": 3}
+    assert all(t >= 0 for v in samples.values() for t in v)
+    timed = calls[6:]  # after one warm-up round of prepare+run for each
+    assert timed[::2] == ["prep-a", "prep-b", "prep-c", "prep-b", "prep-c", "prep-a",
+                          "prep-c", "prep-a", "prep-b"]
+    assert timed[1::2] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert len(flushes) == 9
+
+
+SMALL = TuneShape(2, 16, 8, 2, "float32")
+
+
+def small_gate() -> tune.Gate:
+    config = load_config()
+    case = tune.GateCase("small", SMALL, "normal", 1)
+    return tune.Gate([case], config.budgets, torch.device("cpu"), secret=3)
+
+
+def test_gate_rejects_a_wrong_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reference.block import DilatedResidualBlock
+
+    def wrong(self: Any, x: torch.Tensor) -> torch.Tensor:  # off by 1% and no weight grads
+        return x * 1.01
+
+    monkeypatch.setattr(DilatedResidualBlock, "forward", wrong)
+    result = small_gate().check(Plan())
+    assert not result.passed and result.worst.startswith("small/")
+    assert "budget" in result.reason and result.max_util > 1
+
+
+def test_gate_turns_a_crash_into_a_failure_and_restores_poisoning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import reference.conv_norm as conv_norm
+    from reference.block import DilatedResidualBlock
+
+    seen: list[bool] = []
+
+    def crash(self: Any, x: torch.Tensor) -> torch.Tensor:
+        seen.append(conv_norm.POISON_OUTPUTS)
+        raise RuntimeError("out of resources: shared memory")
+
+    monkeypatch.setattr(DilatedResidualBlock, "forward", crash)
+    result = small_gate().check(Plan())
+    assert not result.passed and "out of resources" in result.reason
+    assert seen == [True] and conv_norm.POISON_OUTPUTS is False
+
+
+def test_gate_passes_the_frozen_block_math(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: the gate accepts a block computing the right thing (the frozen block's forward)."""
+    from reference.block import DilatedResidualBlock
+    from task.model import DilatedResidualBlock as Frozen
+
+    monkeypatch.setattr(DilatedResidualBlock, "forward", Frozen.forward)
+    result = small_gate().check(Plan())
+    assert result.passed, result
+    assert 0 < result.max_util < 0.5
+
+
+@pytest.mark.slow
+def test_interpreted_reverify_keeps_a_passing_entry(tmp_path: Path) -> None:
+    """--reverify on a table entry no profile shape maps to (its shape comes from the key)."""
+    table = tmp_path / "t.json"
+    save_table(table, PlanTable(meta=tune.table_meta("cpu", "test"),
+                                plans={"float32": {"c16-l64-d1-b2": Plan(bwd_block_rows=32)}}))
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "reference.tune", "--reverify", "--profile", "smoke",
+         "--max-candidates", "2", "--gate-cases", "0", "--out", str(table)],
+        capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "reverify float32 c16-l64-d1-b2 (on float32:2x64x16:d1)" in proc.stderr
+    assert "KEEP" in proc.stderr and tune.TIMING_NEEDS_GPU in proc.stderr
+    assert load_table(table).plans == {"float32": {"c16-l64-d1-b2": Plan(bwd_block_rows=32)}}
