@@ -8,8 +8,8 @@ Run as a module::
 Steps, per dtype and shape class (`reference.plans.shape_class`) of the profile's timing shapes:
 
 1. **Propose.** The incumbent (the frozen table's entry, else `heuristic_plan`), the heuristic, and
-   a deterministic neighbourhood around the heuristic (block rows, warps and group sizes moved by
-   factors of two inside `plan_ranges`). Optionally an LLM behind any OpenAI-compatible
+   deterministic neighbourhoods around the heuristic and the incumbent, interleaved (block rows,
+   warps and group sizes moved by factors of two inside `plan_ranges`). Optionally an LLM behind any OpenAI-compatible
    chat-completions endpoint proposes more, after seeing the shape, the fields with their ranges
    and the times measured so far; it returns JSON plans only, and anything else is rejected with
    a logged reason. With no endpoint configured only the heuristic neighbourhood runs.
