@@ -9,10 +9,11 @@ Steps, per dtype and shape class (`reference.plans.shape_class`) of the profile'
 
 1. **Propose.** The incumbent (the frozen table's entry, else `heuristic_plan`), the heuristic, and
    deterministic neighbourhoods around the heuristic and the incumbent, interleaved (block rows,
-   warps and group sizes moved by factors of two inside `plan_ranges`). Optionally an LLM behind any OpenAI-compatible
-   chat-completions endpoint proposes more, after seeing the shape, the fields with their ranges
-   and the times measured so far; it returns JSON plans only, and anything else is rejected with
-   a logged reason. With no endpoint configured only the heuristic neighbourhood runs.
+   warps and group sizes moved by factors of two inside `plan_ranges`). Optionally an LLM
+   behind any OpenAI-compatible chat-completions endpoint proposes more, after seeing the
+   shape, the fields with their ranges and the times measured so far; it returns JSON plans
+   only, and anything else is rejected with a logged reason. With no endpoint configured only
+   the neighbourhoods run.
 2. **Prove.** Every candidate goes through the correctness gate before it is timed: the
    reference block with that plan, on the class's shapes and on a few `scoring.yaml` cases of the
    same dtype, fresh random inputs, outputs poisoned with NaN, forward and all four gradients
