@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not NAIVE.is_file(), reason=f"{NAIVE} is missing
 
 def _builder():
     spec = importlib.util.spec_from_file_location(
-        "build_agent_env", TEMPLATE / "env" / "build_agent_env.py")
+        "build_agent_env", REPO / "agent_env" / "build_agent_env.py")
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     sys.modules[spec.name] = module

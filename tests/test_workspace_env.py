@@ -13,7 +13,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-BUILDER = REPO / "workspace_template" / "env" / "build_agent_env.py"
+BUILDER = REPO / "agent_env" / "build_agent_env.py"
 
 
 def _builder():

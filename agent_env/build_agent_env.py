@@ -1,6 +1,6 @@
 """Assemble the agent's environment: the task kit, a fresh workspace and ``env.sh``; no reference.
 
-    python workspace_template/env/build_agent_env.py DEST [--force]
+    python agent_env/build_agent_env.py DEST [--force]
 
 writes::
 
@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TEMPLATE_DIR = HERE.parent
-REPO_ROOT = TEMPLATE_DIR.parent
+REPO_ROOT = HERE.parent
+TEMPLATE_DIR = REPO_ROOT / "workspace_template"
 
 # What the kit holds: directory → file patterns, plus single files. Everything else is left out.
 KIT_DIRS: dict[str, tuple[str, ...]] = {
@@ -42,13 +42,13 @@ KIT_DIRS: dict[str, tuple[str, ...]] = {
     "grader": ("*.py", "*.json"),
 }
 KIT_FILES = ("scoring.yaml",)
-# The files of the template that make the workspace (not env/: that is how it is built).
+# The files of the template that make the workspace.
 WORKSPACE_FILES = ("solution.py", "README.md", ".gitignore")
 LEFT_OUT = {
     "reference/": "the reference solution: the bar to beat, never shown to the agent",
     "tests/": "the grader's tests and their corpus of submissions",
     "bench/": "calibration and benchmark scripts and results",
-    "workspace_template/env/": "how this environment is built",
+    "agent_env/": "how this environment is built",
     ".git/": "the task repository's history (it holds the reference too)",
 }
 _START_ID = {
