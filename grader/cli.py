@@ -1,8 +1,12 @@
 """Command line: ``python -m grader grade PATH [--commit REV] [--profile NAME] [--json FILE]
 [--gpu N] [--cpu] [--config FILE] [--quiet] [--keep]``.
 
-Prints the report as a table on stdout, draws progress on stderr, writes JSON where asked, and
-exits with the `grader.report.ExitCode` of the outcome.
+Prints the report as a table on stdout, draws progress on stderr, writes JSON (and, when timed,
+a plot of the per-shape speedups beside it) where asked, and exits with the
+`grader.report.ExitCode` of the outcome.
+
+``python -m grader check …`` and ``python -m grader submit …`` are the agent's tools
+(`grader.check`, `grader.submit`), reachable here too; their arguments pass through unchanged.
 """
 
 from __future__ import annotations
@@ -13,11 +17,17 @@ from pathlib import Path
 
 from grader.config import DEFAULT_PATH
 
+# The agent's tools, reachable as subcommands; their own modules parse their arguments.
+_AGENT_TOOLS = ("check", "submit")
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade one workspace's committed tree")
+    for tool in _AGENT_TOOLS:  # listed for --help; main() hands their arguments over untouched
+        sub.add_parser(tool, help=f"the agent's {tool} (python -m grader.{tool} --help)",
+                       add_help=False)
     g.add_argument("path", type=Path, help="the workspace (a git repository)")
     g.add_argument("--commit", default="HEAD", help="commit to grade (default: HEAD)")
     g.add_argument("--profile", default=None, help="timing profile (default: the GPU's)")
@@ -31,7 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in _AGENT_TOOLS:
+        import importlib
+
+        return int(importlib.import_module(f"grader.{argv[0]}").main(argv[1:]))
     args = _parser().parse_args(argv)
     from grader.grade import GradeOptions, grade
     from grader.report import ExitCode, render_table
@@ -47,9 +63,23 @@ def main(argv: list[str] | None = None) -> int:
         return int(ExitCode.USAGE)
     if args.json is not None:
         report.write_json(args.json)
+        if report.timing is not None and report.timing.shapes:
+            _write_plot(report, args.json.with_suffix(".png"), args.config)
     print(render_table(report))
     sys.stdout.flush()
     return int(report.exit_code)
+
+
+def _write_plot(report, path: Path, config_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The per-shape speedup plot beside the JSON report (skipped, with a note, without
+    matplotlib)."""
+    from grader.config import load_config
+    from grader.plot import MISSING_MATPLOTLIB, plot_speedups
+
+    if plot_speedups(report.timing, path, load_config(config_path).score) is None:
+        print(f"python -m grader grade: {MISSING_MATPLOTLIB}", file=sys.stderr)
+    else:
+        print(f"plot: {path}", file=sys.stderr)
 
 
 __all__ = ["main"]

@@ -404,15 +404,12 @@ def render_table(report: GradeReport) -> str:
             where = f" [{f.location or f.phase}]" if (f.location or f.phase) else ""
             lines.append(f"  {f.severity.value:<9} {f.source:<7} {f.rule}{where}: {f.message}")
     if report.timing is not None:
-        t = report.timing
+        # The timing engine's own table (intervals included); imported here because
+        # grader.timing imports this module.
+        from grader.timing import render_table as render_timing
+
         lines.append("")
-        lines.append(f"timing ({t.profile}): score {t.score:.4f}  status {t.status} {t.reason}")
-        for s in t.shapes:
-            lines.append(
-                f"  {s.label:<26} plain {_fmt(s.t_plain_ms)} ms  ref {_fmt(s.t_ref_ms)} ms  "
-                f"sub {_fmt(s.t_sub_ms)} ms  r {_fmt(s.r)}  g {_fmt(s.g)}  "
-                f"score {s.score:.3f} {'' if s.status == 'ok' else s.status + ': ' + s.reason}"
-            )
+        lines.append(render_timing(report.timing))
     if report.not_checked:
         lines.append("")
         lines.append("not checked:")

@@ -42,3 +42,31 @@ def test_usage_error_exit_code() -> None:
     proc = subprocess.run([sys.executable, "-m", "grader", "grade"], cwd=REPO,
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == ExitCode.USAGE
+
+
+def test_agent_tools_are_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m grader check --where`` is ``python -m grader.check --where``."""
+    from grader.cli import main
+
+    assert main(["check", "--where"]) == 0
+    assert "PROMPT.md" in capsys.readouterr().out
+
+
+def test_plot_is_written_beside_the_json_when_timed(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from grader.cli import _write_plot
+    from grader.config import DEFAULT_PATH
+    from grader.report import GradeReport, ShapeTiming, SystemInfo, TimingReport
+
+    shape = ShapeTiming(label="float32:32x4096:d1", t_plain_ms=3.0, t_ref_ms=1.5, t_sub_ms=1.2,
+                        r=2.5, g=2.0, r_ci=(2.4, 2.6), g_ci=(1.9, 2.1), score=1.16)
+    report = GradeReport(
+        status=Status.SCORED, score=1.16, reasons=(), workspace="ws", commit="c", tree="t",
+        uncommitted_changes_ignored=False, checked=(), not_checked=(), cases=(),
+        max_utilisation=0.1, findings=(), started_at="now", wall_s=1.0,
+        system=SystemInfo(device="cuda:0", python="3", torch="t", triton="3.6.0", numpy="2",
+                          platform="linux"),
+        timing=TimingReport(profile="h200", shapes=(shape,), score=1.16),
+    )
+    _write_plot(report, tmp_path / "report.png", DEFAULT_PATH)
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
