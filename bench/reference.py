@@ -528,19 +528,51 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _should_compile(args: argparse.Namespace, shape: BenchShape, elapsed_s: float) -> bool:
+    """torch.compile this shape: not disabled, a compile profile's shape, before the deadline."""
+    wanted = set(args.compile_profiles.split(","))
+    in_scope = "all" in wanted or bool(wanted & set(shape.profiles))
+    return not args.no_compile and in_scope and elapsed_s <= args.compile_deadline_s
+
+
+def _summary(result: ShapeResult, seconds: float) -> str:
+    """One progress line per shape."""
+    if result.error:
+        return f"{result.shape.label}: {seconds:.1f} s ERROR {result.error}"
+    compiled = result.step.get("compile", {}).get("median", float("nan"))
+    return (f"{result.shape.label}: {seconds:.1f} s eager {result.step['eager']['median']:.3f} "
+            f"ms, compile {compiled:.3f} ms, reference {result.step['reference']['median']:.3f} "
+            f"ms; conv+norm fwd {result.copy_fraction['fwd:ref']:.0%} bwd "
+            f"{result.copy_fraction['bwd:ref']:.0%} of copy")
+
+
+def _write(paths: tuple[Path, Path], meta: dict[str, Any], results: Sequence[ShapeResult],
+           skipped: Sequence[str]) -> None:
+    """Write the JSON and markdown results (targets recomputed from what is measured so far)."""
+    meta["targets"] = targets(results)
+    json_path, md_path = paths
+    json_path.write_text(json.dumps({"meta": meta, "results": [r.to_json() for r in results],
+                                     "skipped": list(skipped)}, indent=1, default=str) + "\n")
+    md_path.write_text(markdown(meta, results, skipped))
+
+
+def _device(args: argparse.Namespace) -> tuple[torch.device, list[str], bool]:
+    """(device, profiles, wall clock?) for this run."""
+    if args.smoke:
+        return torch.device("cpu"), ["smoke"], True
+    if torch.cuda.is_available():
+        return torch.device("cuda"), args.profiles.split(","), False
+    raise SystemExit("bench/reference.py needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     command = "python bench/reference.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.smoke:
-        device, profiles, wall_clock = torch.device("cpu"), ["smoke"], True
-    elif torch.cuda.is_available():
-        device, profiles, wall_clock = torch.device("cuda"), args.profiles.split(","), False
-    else:
-        raise SystemExit("bench/reference.py needs a CUDA GPU (or --smoke with TRITON_INTERPRET=1)")
+    device, profiles, wall_clock = _device(args)
     channels = load_config().block.channels
+    args.out_dir.mkdir(parents=True, exist_ok=True)
     if args.warm_compile_only:
-        args.out_dir.mkdir(parents=True, exist_ok=True)
         times = warm_compile(bench_shapes(profiles), channels, 16, args.warm_timeout_s,
                              device.type)
         (args.out_dir / "compile-warm.json").write_text(json.dumps(times, indent=1) + "\n")
@@ -549,9 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.compile_times is not None and args.compile_times.exists()) else {}
     flush = make_l2_flush(device, min_bytes=(8 << 20) if args.smoke else HIDE_LAUNCH_FLUSH_BYTES)
     tag = args.tag or ("smoke" if args.smoke else device_info(device).name.split()[-1].lower())
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    json_path = args.out_dir / f"reference-{tag}.json"
-    md_path = args.out_dir / f"reference-{tag}.md"
+    paths = (args.out_dir / f"reference-{tag}.json", args.out_dir / f"reference-{tag}.md")
     meta = run_meta(device, command.strip(), args)
     results: list[ShapeResult] = []
     skipped: list[str] = []
@@ -570,38 +600,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         t0 = time.monotonic()
         try:
-            compile_profiles = set(args.compile_profiles.split(","))
-            with_compile = (not args.no_compile
-                            and ("all" in compile_profiles
-                                 or bool(compile_profiles & set(shape.profiles)))
-                            and time.monotonic() - start <= args.compile_deadline_s)
             result = run_shape(shape, channels, device, args.rounds, args.warmup, flush,
-                               wall_clock, with_compile)
+                               wall_clock, _should_compile(args, shape, t0 - start))
             result.compile_cold_s = float(cold.get(shape.label, float("nan")))
         except Exception as exc:  # noqa: BLE001 - one broken shape must not lose the others
             result = ShapeResult(shape, error=repr(exc)[:300])
         results.append(result)
-        print(f"{shape.label}: {time.monotonic() - t0:.1f} s "
-              + (f"ERROR {result.error}" if result.error else
-                 f"eager {result.step['eager']['median']:.3f} ms, "
-                 f"compile {result.step.get('compile', {}).get('median', float('nan')):.3f} ms, "
-                 f"reference {result.step['reference']['median']:.3f} ms; conv+norm fwd "
-                 f"{result.copy_fraction['fwd:ref']:.0%} bwd {result.copy_fraction['bwd:ref']:.0%}"
-                 " of copy"), flush=True)
-        meta["targets"] = targets(results)
+        print(_summary(result, time.monotonic() - t0), flush=True)
         # Written after every shape: a run stopped by its time limit keeps what it measured.
-        json_path.write_text(json.dumps({"meta": meta, "results": [r.to_json() for r in results],
-                                         "skipped": skipped}, indent=1, default=str) + "\n")
-        md_path.write_text(markdown(meta, results, skipped))
-    meta["targets"] = targets(results)
+        _write(paths, meta, results, skipped)
     if device.type == "cuda":
         from grader import telemetry
 
         meta["state_after"] = telemetry.snapshot("after").to_dict()
-    json_path.write_text(json.dumps({"meta": meta, "results": [r.to_json() for r in results],
-                                     "skipped": skipped}, indent=1, default=str) + "\n")
-    md_path.write_text(markdown(meta, results, skipped))
-    print(md_path.read_text())
+    _write(paths, meta, results, skipped)
+    print(paths[1].read_text())
     return 0
 
 
