@@ -28,7 +28,7 @@ echo "warm compile rc=$? at $(elapsed) s" | tee -a "$OUT/warm.log"
 
 left=$(( TOTAL - $(elapsed) ))
 timeout "$left" python bench/reference.py --profiles h200,l4 --rounds 20 \
-    --deadline-s $(( left - 20 )) --compile-deadline-s $(( left - 50 )) \
+    --deadline-s $(( left - 20 )) --compile-deadline-s $(( left - 50 )) --compile-profiles h200 \
     --compile-times "$OUT/compile-warm.json" --out-dir "$OUT" --tag h200 > "$OUT/bench.log" 2>&1
 echo "bench rc=$? at $(elapsed) s" | tee -a "$OUT/bench.log"
 grep -E "PROMOTE|keep|FAILED|passed the gate in this run|precompiled|budget" "$OUT/tune.log"

@@ -10,8 +10,8 @@ For every timing shape of the chosen `scoring.yaml` profiles (default ``h200`` t
    twice under two names, so the ratio of the two is the run's noise floor. A cold compile costs
    tens of seconds per shape, so ``--warm-compile-only`` compiles the shapes side by side in
    worker processes first (their cold times are what ``--compile-times`` reports) and the timed
-   run then finds the graphs in the on-disk caches; ``--compile-profiles`` limits compile to
-   the profiles whose target it is (default ``h200``).
+   run then finds the graphs in the on-disk caches; ``--compile-profiles h200`` limits compile
+   to the profile whose target it is, where device time is short.
 2. **conv+norm kernels alone**, forward and backward separately, with the plan the reference
    would pick (the frozen table, else the heuristic) and, where that differs, the heuristic plan,
    next to a device-to-device copy of the same tensor size, all in the same rounds. Bandwidth
@@ -509,9 +509,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline-s", type=float, default=float("inf"),
                    help="start no new shape after this many seconds")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    p.add_argument("--compile-profiles", default="h200",
-                   help="torch.compile only the shapes of these profiles (a cold compile costs "
-                        "tens of seconds per shape; 'all' for every shape)")
+    p.add_argument("--compile-profiles", default="all",
+                   help="torch.compile only the shapes of these comma-separated profiles (a cold "
+                        "compile costs tens of seconds per shape); default: every shape")
     p.add_argument("--compile-deadline-s", type=float, default=float("inf"),
                    help="shapes started after this many seconds skip torch.compile (it costs "
                         "seconds per shape; h200 shapes come first)")
