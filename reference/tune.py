@@ -1334,10 +1334,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="plans per shape class including incumbent and heuristic (default 6)")
     p.add_argument("--gate-cases", type=int, default=DEFAULT_GATE_CASES,
                    help="extra scoring.yaml cases of the same dtype per gate (default 2)")
-    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
-    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP)
-    p.add_argument("--min-gain", type=float, default=DEFAULT_MIN_GAIN)
-    p.add_argument("--drift", type=float, default=DEFAULT_DRIFT)
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                   help=f"interleaved timing rounds (default {DEFAULT_ROUNDS})")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                   help=f"untimed runs of each plan first (default {DEFAULT_WARMUP})")
+    p.add_argument("--min-gain", type=float, default=DEFAULT_MIN_GAIN,
+                   help="smallest median speedup over the incumbent that promotes, besides a "
+                        f"bootstrap interval above 1 (default {DEFAULT_MIN_GAIN})")
+    p.add_argument("--drift", type=float, default=DEFAULT_DRIFT,
+                   help="reverify: slowdown against the best fresh plan that demotes "
+                        f"(default {DEFAULT_DRIFT})")
     p.add_argument("--time-budget-s", type=float, default=math.inf,
                    help="start no new shape class after this many seconds")
     p.add_argument("--seed", type=int, help="secret mixed into gate inputs (default: random)")
