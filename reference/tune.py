@@ -62,6 +62,7 @@ from typing import Any
 import torch
 
 from grader.config import Budget, Case, ScoringConfig, load_config
+from grader.gate import forward_check, rel_l2_check
 from grader.stats import ratio_estimate
 from reference.plans import (
     DTYPE_NAMES,
@@ -810,26 +811,15 @@ def gate_cases_for(group: ShapeGroup, config: ScoringConfig, extra: int, smoke_o
 
 
 def _forward_util(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> float:
-    """max |out − ref| / (atol + rtol·|ref|); inf when a value is not finite."""
-    out = out.detach().double()
-    if not torch.isfinite(out).all():
-        return math.inf
-    return float(((out - ref).abs() / (budget.forward_atol + budget.forward_rtol * ref.abs())
-                  ).max())
+    """The gate's forward utilisation (`grader.gate.forward_check`); inf when not finite."""
+    return forward_check(out.detach(), ref, budget).utilisation
 
 
 def _grad_util(got: torch.Tensor | None, ref: torch.Tensor, budget: Budget) -> float:
-    """‖got − ref‖₂ / ‖ref‖₂ / grad_rel; inf when missing or not finite."""
+    """The gate's gradient utilisation (`grader.gate.rel_l2_check`); inf when missing."""
     if got is None:
         return math.inf
-    got = got.detach().double()
-    if not torch.isfinite(got).all():
-        return math.inf
-    err = float((got - ref).norm())
-    norm = float(ref.norm())
-    if norm == 0.0:
-        return 0.0 if err == 0.0 else math.inf
-    return err / norm / budget.grad_rel
+    return rel_l2_check("grad", got.detach(), ref, budget.grad_rel).utilisation
 
 
 @contextlib.contextmanager

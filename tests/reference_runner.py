@@ -26,31 +26,21 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from grader.config import Budget, load_config  # noqa: E402
+from grader.gate import forward_check, rel_l2_check  # noqa: E402
 from task.inputs import DTYPES, derive_seed, make_inputs  # noqa: E402
 from task.oracle import conv_fp64, oracle_step  # noqa: E402
 
 
 def _forward_util(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> float:
-    """max |out − ref| / (atol + rtol·|ref|); inf if anything is non-finite."""
-    out = out.detach().double()
-    if not torch.isfinite(out).all():
-        return math.inf
-    bound = budget.forward_atol + budget.forward_rtol * ref.abs()
-    return float(((out - ref).abs() / bound).max())
+    """The gate's forward utilisation (`grader.gate.forward_check`); inf when not finite."""
+    return forward_check(out.detach(), ref, budget).utilisation
 
 
-def _grad_util(grad: torch.Tensor | None, ref: torch.Tensor, budget: Budget) -> float:
-    """‖grad − ref‖ / ‖ref‖ / grad_rel; exact match required when ref is all zero."""
-    if grad is None:
+def _grad_util(got: torch.Tensor | None, ref: torch.Tensor, budget: Budget) -> float:
+    """The gate's gradient utilisation (`grader.gate.rel_l2_check`); inf when missing."""
+    if got is None:
         return math.inf
-    grad = grad.detach().double()
-    if not torch.isfinite(grad).all():
-        return math.inf
-    err = float((grad - ref).norm())
-    norm = float(ref.norm())
-    if norm == 0.0:
-        return 0.0 if err == 0.0 else math.inf
-    return err / norm / budget.grad_rel
+    return rel_l2_check("grad", got.detach(), ref, budget.grad_rel).utilisation
 
 
 def _plan(spec: dict[str, Any]) -> Any:
