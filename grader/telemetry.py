@@ -108,10 +108,14 @@ def _nvml() -> Any | None:
 
 
 def _nvml_handle(nvml: Any, uuid: str | None, index: int) -> Any:
+    """The device's NVML handle (by UUID if given, else by index); None when NVML cannot say."""
     if uuid:
         with contextlib.suppress(Exception):
             return nvml.nvmlDeviceGetHandleByUUID(uuid)
-    return nvml.nvmlDeviceGetHandleByIndex(index)
+    try:
+        return nvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:
+        return None
 
 
 def _call(fn: Any, *args: Any) -> Any:
@@ -155,10 +159,7 @@ def device_info(uuid: str | None = None, index: int = 0) -> DeviceInfo:
     base = DeviceInfo(torch_version=torch_version, triton_version=triton_version)
     nvml = _nvml()
     if nvml is not None:
-        try:
-            h = _nvml_handle(nvml, uuid, index)
-        except Exception:
-            h = None
+        h = _nvml_handle(nvml, uuid, index)
         if h is not None:
             mem = _call(nvml.nvmlDeviceGetMemoryInfo, h)
             return replace(
@@ -192,10 +193,7 @@ def snapshot(label: str, uuid: str | None = None, index: int = 0) -> GpuSnapshot
     now = time.time()
     nvml = _nvml()
     if nvml is not None:
-        try:
-            h = _nvml_handle(nvml, uuid, index)
-        except Exception:
-            h = None
+        h = _nvml_handle(nvml, uuid, index)
         if h is not None:
             power = _call(nvml.nvmlDeviceGetPowerUsage, h)
             mem = _call(nvml.nvmlDeviceGetMemoryInfo, h)

@@ -22,7 +22,7 @@ from grader.config import Limits
 SOLUTION = "solution.py"
 
 # Config the workspace cannot override: no fsmonitor or hooks run in the grader, no pager.
-_GIT = (
+GIT = (
     "git",
     "-c", "core.fsmonitor=false",
     "-c", "core.hooksPath=/dev/null",
@@ -67,7 +67,7 @@ class Submission:
 
 def _git(workspace: Path, *args: str, input_bytes: bytes | None = None) -> bytes:
     proc = subprocess.run(
-        [*_GIT, "-C", str(workspace), *args],
+        [*GIT, "-C", str(workspace), *args],
         input=input_bytes,
         capture_output=True,
         env=_GIT_ENV,
@@ -201,6 +201,7 @@ def export_submission(
 
 
 __all__ = [
+    "GIT",
     "SOLUTION",
     "Submission",
     "SubmissionError",

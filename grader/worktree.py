@@ -13,13 +13,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-_GIT = (
-    "git",
-    "-c", "core.fsmonitor=false",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "core.pager=cat",
-    "-c", "safe.directory=*",
-)  # fmt: skip
+from grader.workspace import GIT
+
 # Identity of snapshot commits: they are never on a branch, only a name for the working tree.
 _SNAPSHOT_ID = {
     "GIT_AUTHOR_NAME": "grader.check",
@@ -69,7 +64,7 @@ def git(root: Path, *args: str, extra_env: dict[str, str] | None = None) -> str:
     """
     try:
         proc = subprocess.run(
-            [*_GIT, "-C", str(root), *args],
+            [*GIT, "-C", str(root), *args],
             capture_output=True,
             text=True,
             env=_env(extra_env),
