@@ -348,10 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UnknownSubmission as exc:
             print(f"submit: {exc}; python -m grader.submit list shows them", file=sys.stderr)
             return EXIT_REFUSED
-        except StoreError as exc:
-            print(f"submit: {exc}", file=sys.stderr)
-            return EXIT_STORE
-        except ConfigError as exc:
+        except (StoreError, ConfigError) as exc:
             print(f"submit: {exc}", file=sys.stderr)
             return EXIT_STORE
 
