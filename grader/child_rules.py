@@ -299,7 +299,9 @@ class Guard:
         self._record: PhaseRecord | None = None
         self._trusted = 0
         self._in_hook = False
-        self._kernel_files: dict[str, str] = {}
+        # Kernel name → source files of every kernel of that name seen (a copy of the reference
+        # in the workspace and the harness's reference share names).
+        self._kernel_files: dict[str, set[str]] = {}
         self._installed = False
 
     # ------------------------------------------------------------------ setup
@@ -323,11 +325,15 @@ class Guard:
     def _wrap_triton(self) -> None:
         guard = self
 
-        def note_kernel(fn: Any) -> None:
+        def note_kernel(fn: Any) -> str:
+            """Remember the kernel's source file under its name; return the file ("?" if none)."""
             code = getattr(getattr(fn, "fn", None), "__code__", None)
             name = getattr(getattr(fn, "fn", None), "__name__", None)
-            if code is not None and name is not None:
-                guard._kernel_files.setdefault(name, os.path.realpath(code.co_filename))
+            if code is None or name is None:
+                return "?"
+            path = os.path.realpath(code.co_filename)
+            guard._kernel_files.setdefault(name, set()).add(path)
+            return path
 
         for cls in (triton_jit.JITFunction, triton_interpreter.InterpretedFunction):
             original_init, original_run = cls.__init__, cls.run
@@ -338,9 +344,10 @@ class Guard:
 
             def run(self: Any, *args: Any, _orig: Any = original_run, **kwargs: Any) -> Any:
                 if not kwargs.get("warmup", False) and guard._record is not None:
-                    note_kernel(self)
-                    name = self.fn.__name__
-                    guard._record.launches.append(Launch(name, guard._kernel_files.get(name, "?")))
+                    # The file of this very kernel object, never one looked up by name: kernels
+                    # of the same name from another file must not pass as the submission's.
+                    path = note_kernel(self)
+                    guard._record.launches.append(Launch(self.fn.__name__, path))
                     guard._via_run = True
                 return _orig(self, *args, **kwargs)
 
@@ -360,7 +367,10 @@ class Guard:
                 name = str(metadata.get().get("name", "?")) if metadata is not None else "?"
             except Exception:  # noqa: BLE001
                 name = "?"
-            guard._record.launches.append(Launch(name, guard._kernel_files.get(name, "?")))
+            # Only the name is known here: a name that several files define is nobody's.
+            files = guard._kernel_files.get(name, set())
+            path = next(iter(files)) if len(files) == 1 else "?"
+            guard._record.launches.append(Launch(name, path))
 
         with contextlib.suppress(AttributeError):
             triton.knobs.runtime.launch_enter_hook.add(enter)
@@ -549,16 +559,17 @@ class Guard:
         """Require a Triton kernel of the submission's own files, and no foreign kernels."""
         own = [k for k in record.launches if _under(k.file, self.submission_dir)]
         foreign = [k for k in record.launches if not _under(k.file, self.submission_dir)]
-        if not own:
-            self._add(
-                "no-triton-kernel",
-                f"no Triton kernel defined in the submission was launched in {record.name}",
-            )
+        # Foreign kernels first: the more specific finding is the one a report leads with.
         for k in foreign:
             self._add(
                 "foreign-triton-kernel",
                 f"Triton kernel {k.name!r} from {k.file} (not the submission's files) ran in "
                 f"{record.name}",
+            )
+        if not own:
+            self._add(
+                "no-triton-kernel",
+                f"no Triton kernel defined in the submission was launched in {record.name}",
             )
 
     def check_autograd(self, out: torch.Tensor, x: torch.Tensor, block: torch.nn.Module) -> None:

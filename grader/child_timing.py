@@ -33,8 +33,9 @@ Order of events, and why:
    torch.cuda.synchronize(); end.record()``: the window closes only once the whole device is
    idle, so work left on a side stream is counted, and ``end − returned`` (the *tail*) says how
    much work was still running after the step returned on the caller's stream.
-5. The submission's warm-up steps run inside a guard phase (op log and Triton launch census:
-   no PyTorch conv/norm ops, only the workspace's own kernels); timed steps run bare, so the
+5. The submission's warm-up steps, and one more step after the timed rounds, run inside a guard
+   phase (op log and Triton launch census: no PyTorch conv/norm ops, only the workspace's own
+   kernels), so a path switched after the warm-up is seen too; timed steps run bare, so the
    guard adds nothing to a timed window. After every step, outside the window: output
    type/shape/dtype, inputs and weights unchanged, the four gradients present; timers, current
    stream, thread starts, OS threads, child processes. After every round: submission and
@@ -736,6 +737,17 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
         del results
         if timed:
             guard.check_after(f"timing:{label}")
+        _raise_findings(guard)
+    if census:
+        # The census once more, after the timed rounds: a submission that changes path once its
+        # warm-up is over (a call count, a clock, a class found by introspection) is seen on the
+        # path it was timed on. Untimed, so the timed windows stay bare.
+        runner.new_values()
+        after = _Phase(guard, f"timing-after:{label}")
+        _, _, out = runner.step("sub", after)
+        del out
+        guard.check_ops(after.record, activation)
+        guard.check_launches(after.record)
         _raise_findings(guard)
     # One device→host copy per shape, outside every window.
     table = torch.stack(util_rows).amax(dim=0).tolist()

@@ -30,6 +30,7 @@ def triton_cache(tmp_path_factory):
     [
         ("control_reference", "ok", ""),
         ("input_pointer_cache", "check_failed", "forward differs from plain pytorch"),
+        ("borrows_reference_kernels", "rule_broken", "foreign-triton-kernel"),
     ],
 )
 def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_cache) -> None:
