@@ -114,6 +114,32 @@ class Finding:
     message: str
 
 
+# Threads started through Python since `count_thread_starts` (a thread that starts and ends
+# between two checks is invisible to thread counts, so its start is counted).
+THREAD_STARTS = [0]
+
+
+def count_thread_starts() -> None:
+    """Count every thread start from here on, whichever of Python's entry points is used.
+
+    `Guard.install` calls it just before taking its baselines, so replacing these wrappers is
+    itself a patched attribute of ``threading`` / ``_thread`` that the guard reports.
+    """
+    import _thread
+
+    for module, name in ((threading, "_start_new_thread"), (threading, "_start_joinable_thread"),
+                         (_thread, "start_new_thread"), (_thread, "start_joinable_thread")):
+        original = getattr(module, name, None)
+        if original is None:
+            continue
+
+        def counted(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            THREAD_STARTS[0] += 1
+            return _original(*args, **kwargs)
+
+        setattr(module, name, counted)
+
+
 @dataclass(frozen=True)
 class Launch:
     """One Triton kernel launch: the kernel's name and the file that defines it."""
@@ -313,6 +339,7 @@ class Guard:
             raise RuntimeError("Guard.install() was already called")
         self._installed = True
         self._wrap_triton()
+        count_thread_starts()
         sys.addaudithook(self._audit)
         self.baseline_state = _state()
         self.watched = _watched_objects()
@@ -511,6 +538,8 @@ class Guard:
             added = {a for o, a in ids if o == owner} - before
             for attr in sorted(added):
                 self._add("patched-module", f"{owner}.{attr} was added")
+        if THREAD_STARTS[0]:
+            self._add("new-thread", f"the submission started {THREAD_STARTS[0]} thread(s)")
         for t in threading.enumerate():
             if t.ident not in self.baseline_threads and t.is_alive():
                 self._add("new-thread", f"Python thread {t.name!r} is running")

@@ -90,32 +90,6 @@ FOREIGN_MEMORY_BYTES = 1 << 30
 EVENT_HOST_SLACK_MS = 0.5
 
 
-# Threads started through Python since `count_thread_starts` (a thread that starts and ends between
-# two checks is invisible to thread counts, so its start is counted).
-_THREAD_STARTS = [0]
-
-
-def count_thread_starts() -> None:
-    """Count every thread start from here on, whichever of Python's entry points is used.
-
-    Called just before the rule guard takes its baselines, so replacing these wrappers is itself
-    a patched attribute of ``threading`` the guard reports.
-    """
-    import _thread
-
-    for module, name in ((threading, "_start_new_thread"), (threading, "_start_joinable_thread"),
-                         (_thread, "start_new_thread"), (_thread, "start_joinable_thread")):
-        original = getattr(module, name, None)
-        if original is None:
-            continue
-
-        def counted(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            _THREAD_STARTS[0] += 1
-            return _original(*args, **kwargs)
-
-        setattr(module, name, counted)
-
-
 # The rule guard's module (`grader.child_rules`), bound by `main` before the grader's modules are
 # dropped from sys.modules: nothing here imports from the grader once the submission can run.
 _RULES: dict[str, Any] = {}
@@ -291,8 +265,9 @@ def check_light(torch: Any, timers: TimerGuard, base: Baseline) -> None:
     timers.verify()
     if base.default_stream is not None and torch.cuda.current_stream() != base.default_stream:
         raise Violation("stream-changed", "the current CUDA stream was changed by the submission")
-    if _THREAD_STARTS[0]:
-        raise Violation("new-thread", f"the submission started {_THREAD_STARTS[0]} thread(s)")
+    starts = _RULES["module"].THREAD_STARTS[0]
+    if starts:
+        raise Violation("new-thread", f"the submission started {starts} thread(s)")
     new = [t for t in threading.enumerate() if t.ident not in base.py_threads]
     if new:
         raise Violation("new-thread", f"the submission started Python thread(s): "
@@ -609,8 +584,7 @@ def main() -> int:
     guard = Guard(workspace, (REPO_ROOT / "grader", REPO_ROOT / "reference"),
                   on_finding=lambda f: channel.send("finding", rule=f.rule, phase=f.phase,
                                                     message=f.message))
-    count_thread_starts()
-    guard.install()
+    guard.install()  # also starts counting thread starts (child_rules.count_thread_starts)
     base = take_baseline(torch)
 
     load0 = _PERF_COUNTER()
