@@ -109,3 +109,18 @@ def test_unreadable_and_non_yaml_files(tmp_path):
     top.write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_config(top)
+
+
+def test_prompt_states_the_budgets_of_scoring_yaml():
+    """PROMPT.md writes the budgets out for the agent; they must be the ones the grader uses."""
+    import re
+
+    prompt = (DEFAULT_PATH.parent / "task" / "PROMPT.md").read_text()
+    config = load_config()
+    for dtype, label in (("float32", "fp32"), ("bfloat16", "bf16"), ("float16", "fp16")):
+        row = re.search(rf"^\| {label} \| atol (\S+), rtol (\S+) \| (\S+) \| (\S+) \|$", prompt,
+                        re.MULTILINE)
+        assert row, f"PROMPT.md has no budget row for {label}"
+        b = config.budget(dtype)
+        stated = tuple(float(v) for v in row.groups())
+        assert stated == (b.forward_atol, b.forward_rtol, b.grad_rel, b.drift_rel), (label, stated)
