@@ -124,3 +124,19 @@ def test_prompt_states_the_budgets_of_scoring_yaml():
         b = config.budget(dtype)
         stated = tuple(float(v) for v in row.groups())
         assert stated == (b.forward_atol, b.forward_rtol, b.grad_rel, b.drift_rel), (label, stated)
+
+
+def test_prompt_states_the_official_shapes_and_weights():
+    import re
+
+    prompt = (DEFAULT_PATH.parent / "task" / "PROMPT.md").read_text()
+    config = load_config()
+    official = config.timing.profiles[config.timing.official]
+    for dtype, label in (("float32", "fp32"), ("bfloat16", "bf16")):
+        row = re.search(rf"^\| {label} \(weight (\S+)\) \| (.+) \|$", prompt, re.MULTILINE)
+        assert row, f"PROMPT.md has no shape row for {label}"
+        assert float(row.group(1)) == config.score.dtype_weights[dtype]
+        stated = [tuple(int(v) for v in re.fullmatch(r"(\d+)×(\d+) d(\d+)", s.strip()).groups())
+                  for s in row.group(2).split(",")]
+        assert stated == [(s.batch, s.length, s.dilation) for s in official.shapes
+                          if s.dtype == dtype]
