@@ -14,8 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.config import DEFAULT_PATH
+
+if TYPE_CHECKING:
+    from grader.report import GradeReport
 
 # The agent's tools, reachable as subcommands; their own modules parse their arguments.
 _AGENT_TOOLS = ("check", "submit")
@@ -70,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     return int(report.exit_code)
 
 
-def _write_plot(report, path: Path, config_path: Path) -> None:  # type: ignore[no-untyped-def]
+def _write_plot(report: GradeReport, path: Path, config_path: Path) -> None:
     """The per-shape speedup plot beside the JSON report (skipped, with a note, without
     matplotlib)."""
     from grader.config import load_config
