@@ -197,6 +197,18 @@ def rel_l2_check(name: str, got: torch.Tensor, ref: torch.Tensor, budget: float)
     return CheckResult(name, passed, error, budget, error / budget, detail)
 
 
+def forward_utilisation(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> float:
+    """`forward_check`'s utilisation alone (inf when a value is not finite)."""
+    return float(forward_check(out.detach(), ref, budget).utilisation)
+
+
+def grad_utilisation(got: torch.Tensor | None, ref: torch.Tensor, budget: Budget) -> float:
+    """`rel_l2_check`'s utilisation against ``budget.grad_rel`` (inf when missing)."""
+    if got is None:
+        return math.inf
+    return float(rel_l2_check("grad", got.detach(), ref, budget.grad_rel).utilisation)
+
+
 def exact_check(name: str, got: torch.Tensor, expected: torch.Tensor) -> CheckResult:
     """Bit-for-bit equality (same dtype and shape, equal values; -0.0 equals 0.0)."""
     if got.dtype != expected.dtype or got.shape != expected.shape:

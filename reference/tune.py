@@ -62,7 +62,7 @@ from typing import Any
 import torch
 
 from grader.config import Budget, Case, ScoringConfig, load_config
-from grader.gate import forward_check, rel_l2_check
+from grader.gate import forward_utilisation, grad_utilisation
 from grader.stats import ratio_estimate
 from reference.plans import (
     DTYPE_NAMES,
@@ -810,18 +810,6 @@ def gate_cases_for(group: ShapeGroup, config: ScoringConfig, extra: int, smoke_o
     return out
 
 
-def _forward_util(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> float:
-    """The gate's forward utilisation (`grader.gate.forward_check`); inf when not finite."""
-    return forward_check(out.detach(), ref, budget).utilisation
-
-
-def _grad_util(got: torch.Tensor | None, ref: torch.Tensor, budget: Budget) -> float:
-    """The gate's gradient utilisation (`grader.gate.rel_l2_check`); inf when missing."""
-    if got is None:
-        return math.inf
-    return rel_l2_check("grad", got.detach(), ref, budget.grad_rel).utilisation
-
-
 @contextlib.contextmanager
 def poisoned_outputs() -> Iterator[None]:
     """NaN-fill every buffer the reference launchers allocate, so an unwritten element fails."""
@@ -899,11 +887,11 @@ class Gate:
         if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype:
             return {"forward": math.inf}
         return {
-            "forward": _forward_util(out, ref.out, budget),
-            "grad_x": _grad_util(x.grad, ref.grad_x, budget),
-            "grad_conv": _grad_util(block.conv.weight.grad, ref.grad_conv, budget),
-            "grad_fc1": _grad_util(block.fc1.weight.grad, ref.grad_fc1, budget),
-            "grad_fc2": _grad_util(block.fc2.weight.grad, ref.grad_fc2, budget),
+            "forward": forward_utilisation(out, ref.out, budget),
+            "grad_x": grad_utilisation(x.grad, ref.grad_x, budget),
+            "grad_conv": grad_utilisation(block.conv.weight.grad, ref.grad_conv, budget),
+            "grad_fc1": grad_utilisation(block.fc1.weight.grad, ref.grad_fc1, budget),
+            "grad_fc2": grad_utilisation(block.fc2.weight.grad, ref.grad_fc2, budget),
         }
 
 

@@ -25,22 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from grader.config import Budget, load_config  # noqa: E402
-from grader.gate import forward_check, rel_l2_check  # noqa: E402
+from grader.config import load_config  # noqa: E402
+from grader.gate import forward_utilisation, grad_utilisation  # noqa: E402
 from task.inputs import DTYPES, derive_seed, make_inputs  # noqa: E402
 from task.oracle import conv_fp64, oracle_step  # noqa: E402
-
-
-def _forward_util(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> float:
-    """The gate's forward utilisation (`grader.gate.forward_check`); inf when not finite."""
-    return forward_check(out.detach(), ref, budget).utilisation
-
-
-def _grad_util(got: torch.Tensor | None, ref: torch.Tensor, budget: Budget) -> float:
-    """The gate's gradient utilisation (`grader.gate.rel_l2_check`); inf when missing."""
-    if got is None:
-        return math.inf
-    return rel_l2_check("grad", got.detach(), ref, budget.grad_rel).utilisation
 
 
 def _plan(spec: dict[str, Any]) -> Any:
@@ -85,9 +73,9 @@ def kernel_check(spec: dict[str, Any]) -> dict[str, float]:
     ref = (y - mean) / torch.sqrt(var + eps)
     ref.backward(g.double())
     result = {
-        "forward": _forward_util(yhat.cpu(), ref.detach(), budget),
-        "grad_x": _grad_util(xt.grad.cpu(), x64.grad, budget),
-        "grad_conv": _grad_util(wt.grad.cpu(), w64.grad, budget),
+        "forward": forward_utilisation(yhat.cpu(), ref.detach(), budget),
+        "grad_x": grad_utilisation(xt.grad.cpu(), x64.grad, budget),
+        "grad_conv": grad_utilisation(wt.grad.cpu(), w64.grad, budget),
     }
     if shape[2] == 1 and spec["dilation"] >= shape[1]:
         # One channel and no tap reaching another row: the conv is a pure scale, which the
@@ -134,11 +122,11 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
                       dilation=dilation, eps=case.eps, residual_scale=case.residual_scale)
     budget = cfg.budget(dtype)
     return {
-        "forward": _forward_util(out, ref.out, budget),
-        "grad_x": _grad_util(x.grad, ref.grad_x, budget),
-        "grad_conv": _grad_util(block.conv.weight.grad, ref.grad_conv, budget),
-        "grad_fc1": _grad_util(block.fc1.weight.grad, ref.grad_fc1, budget),
-        "grad_fc2": _grad_util(block.fc2.weight.grad, ref.grad_fc2, budget),
+        "forward": forward_utilisation(out, ref.out, budget),
+        "grad_x": grad_utilisation(x.grad, ref.grad_x, budget),
+        "grad_conv": grad_utilisation(block.conv.weight.grad, ref.grad_conv, budget),
+        "grad_fc1": grad_utilisation(block.fc1.weight.grad, ref.grad_fc1, budget),
+        "grad_fc2": grad_utilisation(block.fc2.weight.grad, ref.grad_fc2, budget),
     }
 
 
