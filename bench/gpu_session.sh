@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, grouped into device calls of under ten minutes each (every step has
-# its own timeout; the sums stay under the device's 600 s per call), so a session with 30 minutes
-# of device time can prove the GPU side of issues 3-6 in four calls:
+# its own timeout; the sums stay under the device's 600 s per call). Measured wall times on an
+# H200 (2026-11-30, cold caches on a fresh machine, ~30-60 s more per call for the machine start):
 #
-#   bash bench/gpu_session.sh correctness   # <=7 min: reference and grader GPU tests, the budget
-#                                           #   calibration (the offset family changed since)
-#   bash bench/gpu_session.sh agent         # <=7 min: timing-corpus GPU tests, the agent's end to
-#                                           #   end on the GPU
-#   bash bench/gpu_session.sh timing        # ~8 min: five grades' spread and wall time (h200),
+#   bash bench/gpu_session.sh reference     # ~6 min: the reference's 152 GPU tests (200 s ran 128)
+#   bash bench/gpu_session.sh correctness   # ~5 min: grader GPU tests (120 s ran 5 of 6), the budget
+#                                           #   calibration (~30 s)
+#   bash bench/gpu_session.sh agent         # ~5.5 min: timing-corpus GPU tests (97 s), the agent's
+#                                           #   end to end on the GPU (230 s)
+#   bash bench/gpu_session.sh timing        # ~6 min: a whole grade plus five timing phases (h200),
 #                                           #   one l4-profile grade's wall time on this GPU
-#   bash bench/gpu_session.sh tune          # ~4 min: bench/device_h200.sh (tuner + benchmark)
+#   bash bench/gpu_session.sh tune          # ~2.5 min: bench/device_h200.sh (tuner + benchmark)
+#
+# All five take ~27 device-minutes with starts; a 30-minute session runs the ones its change needs.
 #
 # Each phase writes its logs and results under $OUT, then packs them into $OUT/<phase>.tgz (at
 # most 8 files come back from the device), keeping summary.txt beside it, and prints the summary. What to commit afterwards: the
@@ -19,7 +22,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh correctness|agent|timing|tune}
+phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|tune}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -40,14 +43,15 @@ suite() {
 }
 
 case "$phase" in
+reference)
+    versions > "$OUT/summary.txt" 2>&1
+    suite reference-gpu 540 tests/test_reference_gpu.py | tee -a "$OUT/summary.txt"
+    ;;
 correctness)
     versions > "$OUT/summary.txt" 2>&1
-    {
-        suite reference-gpu 200 tests/test_reference_gpu.py
-        suite grader-gpu 120 tests/test_grader_gpu.py
-    } | tee -a "$OUT/summary.txt"
-    # The offset family changed after the last calibration: measure the plain block again.
-    timeout 120 python3 bench/calibrate_budgets.py --draws 3 --md "$OUT/calibration-h200.md" \
+    suite grader-gpu 360 tests/test_grader_gpu.py | tee -a "$OUT/summary.txt"
+    # The plain block against the fp64 oracle under the budgets of scoring.yaml.
+    timeout 150 python3 bench/calibrate_budgets.py --draws 3 --md "$OUT/calibration-h200.md" \
         --json "$OUT/calibration-h200.json" > "$OUT/calibration.log" 2>&1
     echo "calibration: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
     ;;
@@ -72,7 +76,7 @@ tune)
     TOTAL=230 bash bench/device_h200.sh
     ;;
 *)
-    echo "unknown phase $phase: correctness, agent, timing or tune" >&2
+    echo "unknown phase $phase: reference, correctness, agent, timing or tune" >&2
     exit 2
     ;;
 esac

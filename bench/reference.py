@@ -28,14 +28,15 @@ For every timing shape of the chosen `scoring.yaml` profiles (default ``h200`` t
 Timing: CUDA events around each sample, warm-up first, L2 flushed before every sample (outside
 the window; 1 GiB written, which for the kernels alone also hides the host's launch latency so
 they are charged device time only, while a full step waits for the device first and so includes
-its host overhead, as the grader times it), interleaved rounds whose order rotates every
-round, medians with p20/p80, and a paired bootstrap interval for every ratio. Targets printed:
+its host overhead, as the grader times it), interleaved rounds in carry-over-balanced orders
+(each variant runs right after every other equally often), medians with p20/p80, and a paired
+bootstrap interval for every ratio. Targets printed:
 reference step ≤ compile step on every h200-profile shape; conv+norm forward and backward each
 ≥ 70% of copy bandwidth.
 
 Usage (GPU)::
 
-    python bench/reference.py [--profiles h200,l4] [--rounds 20] [--out-dir bench/results]
+    python bench/reference.py [--profiles h200,l4] [--rounds 24] [--out-dir bench/results]
                               [--tag h200] [--deadline-s 150]
 
 ``--smoke`` runs the smoke profile on the CPU through the Triton interpreter with wall-clock
@@ -483,7 +484,7 @@ def run_meta(device: torch.device, command: str, args: argparse.Namespace) -> di
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
         "method": (f"{args.rounds} interleaved rounds after {args.warmup} warm-up runs, order "
-                   "rotated each round, L2 flushed before every sample, "
+                   "balanced for carry-over (grader/orders.py), L2 flushed before every sample, "
                    + ("wall clock (CPU smoke: meaningless)" if args.smoke else "CUDA events")
                    + "; medians with p20–p80; ratios are medians of per-round paired ratios "
                    "with 95% bootstrap CIs"),
@@ -502,7 +503,10 @@ def run_meta(device: torch.device, command: str, args: argparse.Namespace) -> di
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profiles", default="h200,l4")
-    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--shapes", default="",
+                   help="only these comma-separated shape labels of the profiles, e.g. "
+                        "bfloat16:128x8192:d1 (default: every shape)")
+    p.add_argument("--rounds", type=int, default=24)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--tag", help="file stem suffix: reference-<tag>.md/json (default: GPU tag)")
@@ -587,6 +591,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     skipped: list[str] = []
     start = time.monotonic()
     shapes = bench_shapes(profiles)
+    if args.shapes:
+        wanted = args.shapes.split(",")
+        unknown = sorted(set(wanted) - {s.label for s in shapes})
+        if unknown:
+            raise SystemExit(f"--shapes {unknown} are not shapes of the profiles {profiles}: "
+                             f"{[s.label for s in shapes]}")
+        shapes = [s for s in shapes if s.label in wanted]
     if device.type == "cuda" and args.compile_workers > 0:
         # Triton compiles each plan × shape variant on first launch, serially; fill its cache
         # in parallel first (see reference.tune.precompile).

@@ -18,9 +18,10 @@ purpose:
 - **Quick mode** runs the cases marked ``smoke`` (and, on a GPU, one production-width case per
   dtype); ``--full`` runs them all.
 - **No reference**: the agent's environment does not have it. The timing child times plain PyTorch
-  in the reference's slot (so the protocol is the grader's, three blocks in rotating order) and
-  that plain-versus-plain ratio is shown as the noise of the measurement. The score is estimated
-  from the reference's *published* speedups g for this GPU class (``published_speedups.json``).
+  in the reference's slot (so the protocol is the grader's: three blocks, carry-over-balanced
+  orders) and that plain-versus-plain ratio is shown as the noise of the measurement. The score
+  is estimated from the reference's *published* speedups g for this GPU class
+  (``published_speedups.json``).
 
 Without a CUDA GPU the gate runs on the CPU through the Triton interpreter, and nothing is timed.
 """

@@ -27,7 +27,9 @@ Order of events, and why:
 4. Per shape: the three blocks get identical weights; ``warmup`` untimed rounds, then ``rounds``
    timed rounds. A round draws new values *in place* into the same input, upstream-gradient and
    weight tensors (same pointers, new values: a cache keyed on pointers returns stale results and
-   fails the check), then runs the three blocks in an order that rotates every round. Each step:
+   fails the check), then runs the three blocks in an order from a Williams design
+   (`grader.orders`: over every 6 rounds each block is first twice and follows each other block
+   twice, so what one step leaves behind for the next lands on every block alike). Each step:
    grads cleared, L2 flushed (≥ 2× L2), device synchronized — all outside the window; then
    ``start.record(); out = block(x); out.backward(grad_out); returned.record();
    torch.cuda.synchronize(); end.record()``: the window closes only once the whole device is
@@ -516,9 +518,12 @@ def main() -> int:
 
     import torch
 
+    from grader.orders import williams_orders
     from grader.sandbox import ChannelWriter, ChildExit
 
     channel = ChannelWriter()
+    # Fixed before the submission is imported.
+    job["orders"] = williams_orders(BLOCK_NAMES)
 
     timers = TimerGuard.capture(torch)
     device = job.get("device", "cuda")
@@ -677,12 +682,13 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
     samples = {n: {"window_ms": [], "tail_ms": [], "host_ms": []} for n in BLOCK_NAMES}
     util_rows: list[Any] = []
     census = job.get("census", True)
+    orders = job["orders"]
     for rnd in range(job["warmup"] + job["rounds"]):
         timed = rnd >= job["warmup"]
         runner.new_values()
-        shift = rnd % len(BLOCK_NAMES)
         results = {}
-        for name in BLOCK_NAMES[shift:] + BLOCK_NAMES[:shift]:
+        # Timed rounds start a fresh cycle, so whole cycles are exactly balanced.
+        for name in orders[(rnd - job["warmup"]) % len(orders)]:
             if name != "sub":
                 around = guard.trusted()
             elif not timed and census:
@@ -712,6 +718,21 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
         if timed:
             guard.check_after(f"timing:{label}")
         _raise_findings(guard)
+    # One device→host copy per shape, outside every window.
+    table = torch.stack(util_rows).amax(dim=0).tolist()
+    util = {n: dict(zip(("forward", "grad_x", *PARAM_KEYS), row, strict=True))
+            for n, row in zip(("ref", "sub"), table, strict=True)}
+    # Judged before the census below: a wrong timed answer is a failed check, the more
+    # precise verdict, even when its path also changed.
+    slack = float(job.get("slack", PLAIN_SLACK))
+    # NaN (a non-finite reference value) counts as the worst possible.
+    sub_util = {k: (v if v == v else float("inf")) for k, v in util["sub"].items()}
+    worst_key = max(sub_util, key=lambda k: sub_util[k])
+    worst = sub_util[worst_key]
+    if not worst <= slack:  # also catches NaN
+        raise CheckFailure(f"{label}: a timed step's {worst_key} differs from plain PyTorch "
+                           f"(utilisation {worst:.3g} > {slack})")
+
     if census:
         # The census once more, after the timed rounds: a submission that changes path once its
         # warm-up is over (a call count, a clock, a class found by introspection) is seen on the
@@ -723,10 +744,6 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
         guard.check_ops(after.record, activation)
         guard.check_launches(after.record)
         _raise_findings(guard)
-    # One device→host copy per shape, outside every window.
-    table = torch.stack(util_rows).amax(dim=0).tolist()
-    util = {n: dict(zip(("forward", "grad_x", *PARAM_KEYS), row, strict=True))
-            for n, row in zip(("ref", "sub"), table, strict=True)}
     if device == "cuda":
         torch.cuda.synchronize()
     # Memory the submission holds across steps: allocated now beyond what was there before it
@@ -743,14 +760,6 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
     check_heavy(torch, base, allowed, held)
     channel.send("shape_done", index=index, label=label, samples=samples, util=util,
                  held_mb=held / 2**20)
-    slack = float(job.get("slack", PLAIN_SLACK))
-    # NaN (a non-finite reference value) counts as the worst possible.
-    sub_util = {k: (v if v == v else float("inf")) for k, v in util["sub"].items()}
-    worst_key = max(sub_util, key=lambda k: sub_util[k])
-    worst = sub_util[worst_key]
-    if not worst <= slack:  # also catches NaN
-        raise CheckFailure(f"{label}: a timed step's {worst_key} differs from plain PyTorch "
-                           f"(utilisation {worst:.3g} > {slack})")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,12 @@ from typing import Any
 
 import yaml
 
+from grader.orders import cycle_length
 from task.inputs import DTYPES, FAMILIES
 
 SCHEMA_VERSION = 1
+# The timing child's blocks: plain PyTorch, the reference, the submission (SPEC §4).
+TIMED_BLOCKS = ("plain", "ref", "sub")
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "scoring.yaml"
 
 
@@ -186,6 +189,11 @@ class Profile:
         if self.warmup < 0:
             _invalid("warmup", f"must be ≥ 0, got {self.warmup!r}")
         _positive("rounds", self.rounds)
+        cycle = cycle_length(len(TIMED_BLOCKS))
+        if self.rounds % cycle:
+            _invalid("rounds", f"must be a multiple of {cycle} (one balanced cycle of the "
+                     f"{len(TIMED_BLOCKS)} blocks' run orders, grader/orders.py), "
+                     f"got {self.rounds}")
         if not self.shapes:
             _invalid("shapes", "needs at least one shape")
 

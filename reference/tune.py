@@ -18,8 +18,9 @@ Steps, per dtype and shape class (`reference.plans.shape_class`) of the profile'
    reference block with that plan, on the class's shapes and on a few `scoring.yaml` cases of the
    same dtype, fresh random inputs, outputs poisoned with NaN, forward and all four gradients
    against `task.oracle.oracle_step` within the dtype's budgets.
-3. **Time.** Survivors run interleaved: rounds, the order rotated every round, L2 flushed before
-   every sample, CUDA events around conv+norm forward+backward, medians over rounds.
+3. **Time.** Survivors run interleaved: rounds in carry-over-balanced orders (`grader.orders`),
+   L2 flushed before every sample, CUDA events around conv+norm forward+backward, medians over
+   rounds.
 4. **Freeze.** A candidate replaces the incumbent only when it passed the gate and is faster
    beyond noise: the bootstrap interval of the paired per-round ratio t_incumbent / t_candidate
    lies above 1 and its median is at least ``1 + min_gain``. Winners go into the plan table with
@@ -63,6 +64,7 @@ import torch
 
 from grader.config import Budget, Case, ScoringConfig, load_config
 from grader.gate import forward_utilisation, grad_utilisation
+from grader.orders import williams_orders
 from grader.stats import ratio_estimate
 from reference.plans import (
     DTYPE_NAMES,
@@ -600,6 +602,9 @@ def decide_promotion(incumbent_ms: Sequence[float], candidate_ms: Sequence[float
         return Decision(False, math.nan, math.nan, math.nan, "not timed")
     est = ratio_estimate(incumbent_ms, candidate_ms)
     low, high = est.ci.low, est.ci.high
+    if high < 1.0:
+        return Decision(False, est.value, low, high,
+                        f"slower: speedup {est.value:.3f} (CI {low:.3f}–{high:.3f} below 1)")
     if low <= 1.0:
         return Decision(False, est.value, low, high,
                         f"speedup {est.value:.3f} within noise (CI {low:.3f}–{high:.3f} reaches 1)")
@@ -896,16 +901,8 @@ class Gate:
 
 
 # ----------------------------------------------------------------------------------------------
-# Timing (GPU): interleaved rounds, rotating order, L2 flush, CUDA events
+# Timing (GPU): interleaved rounds, balanced orders, L2 flush, CUDA events
 # ----------------------------------------------------------------------------------------------
-
-
-def rotated(names: Sequence[str], round_index: int) -> list[str]:
-    """The run order of a round: ``names`` rotated left by the round index."""
-    if not names:
-        return []
-    k = round_index % len(names)
-    return [*names[k:], *names[:k]]
 
 
 def make_l2_flush(device: torch.device, min_bytes: int = MIN_FLUSH_BYTES) -> Callable[[], None]:
@@ -924,7 +921,8 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, warmu
                      prepare: Mapping[str, Callable[[], object]] | None = None,
                      wall_clock: bool = False, hide_launch: bool = False
                      ) -> dict[str, list[float]]:
-    """Per-round times (ms) of each function: warm-up, then rounds in rotating order.
+    """Per-round times (ms) of each function: warm-up, then rounds in carry-over-balanced orders
+    (`grader.orders.williams_orders`: each name runs right after every other equally often).
 
     Each sample: run its ``prepare`` (e.g. clear gradients), flush L2, wait for the device, record
     a start event, run, record an end event, wait for it. Everything outside the two events stays
@@ -959,8 +957,9 @@ def time_interleaved(fns: Mapping[str, Callable[[], object]], rounds: int, warmu
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
     samples: dict[str, list[float]] = {name: [] for name in names}
+    orders = williams_orders(names)
     for i in range(rounds):
-        for name in rotated(names, i):
+        for name in orders[i % len(orders)]:
             setup(name)
             flush()
             if wall_clock:
@@ -1377,7 +1376,7 @@ def _method(argv: Sequence[str] | None, args: argparse.Namespace, llm: LLMConfig
     return (f"{command.strip()} ({mode}: heuristic + neighbours"
             f"{' + LLM ' + llm.model if llm else ''}, gate = block vs fp64 oracle on the class "
             f"shapes + {settings.gate_cases} scoring.yaml cases, poisoned outputs; timing = "
-            f"conv+norm fwd+bwd, {settings.rounds} interleaved rounds, rotating order, L2 "
+            f"conv+norm fwd+bwd, {settings.rounds} interleaved rounds, balanced orders, L2 "
             f"flush, CUDA events; promote if bootstrap CI of the paired speedup > 1 and median "
             f">= {1 + settings.min_gain:.2f}; drift threshold {settings.drift:.2f})")
 

@@ -84,6 +84,8 @@ def _write(tmp_path: Path, mutate) -> Path:
          r"case names must be unique"),
         (lambda d: d["timing"].update(official="a100"), r"timing.official: 'a100' is not a profile"),
         (lambda d: d["timing"]["profiles"]["l4"].update(rounds=0), r"rounds: must be > 0, got 0"),
+        (lambda d: d["timing"]["profiles"]["l4"].update(rounds=40),
+         r"timing.profiles.l4.rounds: must be a multiple of 6 .*got 40"),
         (lambda d: d["timing"]["profiles"]["l4"]["shapes"][0].update(batch=-1),
          r"shapes\[0\].batch: must be > 0, got -1"),
         (lambda d: d["score"].update(min_target=1.0), r"min_target: must be > 1, got 1.0"),

@@ -15,7 +15,7 @@ from timing_workspace import CORPUS, make_workspace, with_profile
 from grader.config import Profile, Shape, load_config
 from grader.timing import run_timing
 
-PROFILE = Profile(gpus=(), warmup=1, rounds=3, shapes=(Shape(2, 64, 3, "float32"),))
+PROFILE = Profile(gpus=(), warmup=1, rounds=6, shapes=(Shape(2, 64, 3, "float32"),))
 CONFIG = with_profile(load_config(), "dry", PROFILE)
 
 

@@ -154,14 +154,6 @@ def test_profile_shapes_and_gate_case_picks() -> None:
     assert cases[0].shape == group.timed and len(cases) == 1 + 2
 
 
-def test_rotated_order_visits_every_position() -> None:
-    names = ["a", "b", "c"]
-    orders = [tune.rotated(names, i) for i in range(3)]
-    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
-    assert {o[0] for o in orders} == set(names)
-    assert tune.rotated([], 5) == []
-
-
 def test_quantiles() -> None:
     q = tune.quantiles([5.0, 1.0, 2.0, 3.0, 4.0, 6.0])
     assert q["median"] == pytest.approx(3.5)
@@ -331,6 +323,11 @@ def test_faster_beyond_noise_promotes() -> None:
 def test_within_noise_does_not_promote() -> None:
     d = tune.decide_promotion(noisy(1.0, 0.10, seed=1), noisy(0.99, 0.10, seed=2), PASS)
     assert not d.promote and "within noise" in d.reason
+
+
+def test_certainly_slower_is_called_slower() -> None:
+    d = tune.decide_promotion(noisy(1.0, 0.001, seed=1), noisy(1.1, 0.001, seed=2), PASS)
+    assert not d.promote and d.ci_high < 1.0 and d.reason.startswith("slower: speedup 0.9")
 
 
 def test_small_but_certain_gain_below_min_gain_does_not_promote() -> None:

@@ -1,0 +1,55 @@
+"""Carry-over-balanced run orders (grader/orders.py), used by the timing child, tuner and bench."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+
+from grader import child_timing, config
+from grader.orders import cycle_length, round_order, williams_orders
+
+
+def _follows(orders: list[list[str]]) -> Counter[tuple[str, str]]:
+    return Counter((a, b) for order in orders for a, b in itertools.pairwise(order))
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_each_name_follows_every_other_equally_often(n: int) -> None:
+    names = [chr(ord("a") + i) for i in range(n)]
+    orders = williams_orders(names)
+    assert len(orders) == cycle_length(n)
+    assert all(sorted(order) == names for order in orders)
+    # Every position holds every name equally often ...
+    for position in range(n):
+        assert Counter(order[position] for order in orders) == {m: len(orders) // n for m in names}
+    # ... and every ordered pair of neighbours occurs equally often: no name always trails one.
+    follows = _follows(orders)
+    pairs = [(a, b) for a in names for b in names if a != b]
+    assert set(follows) == set(pairs)
+    assert len(set(follows.values())) <= 1
+
+
+def test_three_blocks_use_all_six_orders() -> None:
+    orders = williams_orders(["plain", "ref", "sub"])
+    assert sorted(map(tuple, orders)) == sorted(itertools.permutations(["plain", "ref", "sub"]))
+    # The rotation it replaced kept "sub" right after "ref" in every round where they touched.
+    rotation = [["plain", "ref", "sub"], ["ref", "sub", "plain"], ["sub", "plain", "ref"]]
+    assert _follows(rotation)[("sub", "ref")] == 0
+    assert _follows(orders)[("sub", "ref")] == _follows(orders)[("ref", "sub")] == 2
+
+
+def test_round_order_cycles_and_rejects_repeats() -> None:
+    names = ["x", "y", "z"]
+    assert [round_order(names, i) for i in range(6)] == williams_orders(names)
+    assert round_order(names, 6) == round_order(names, 0)
+    assert williams_orders([]) == [[]]
+    with pytest.raises(ValueError, match=r"distinct, got \['x', 'x'\]"):
+        williams_orders(["x", "x"])
+
+
+def test_timing_child_and_config_agree_on_the_blocks() -> None:
+    assert child_timing.BLOCK_NAMES == config.TIMED_BLOCKS
+    for name, profile in config.load_config().timing.profiles.items():
+        assert profile.rounds % cycle_length(len(config.TIMED_BLOCKS)) == 0, name
