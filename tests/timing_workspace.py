@@ -60,7 +60,7 @@ def with_profile(config: ScoringConfig, name: str, profile: Profile) -> ScoringC
                                                                   profiles=profiles))
 
 
-def small_profile(warmup: int = 3, rounds: int = 8) -> Profile:
+def small_profile(warmup: int = 3, rounds: int = 12) -> Profile:
     """One GPU-bound fp32 shape (on an H200) and few rounds: enough to trip every defense."""
     return Profile(gpus=(), warmup=warmup, rounds=rounds,
                    shapes=(Shape(batch=32, length=4096, dilation=1, dtype="float32"),),
