@@ -1,15 +1,16 @@
 """Run orders for interleaved timing, balanced for carry-over (Williams designs).
 
 Rotating the order every round (``abc, bca, cab``) puts each block in each position equally
-often, but keeps its neighbours: ``b`` always runs right after ``a``. Whatever one step leaves
-behind for the next (GPU clocks and power after a long step, the caching allocator's free
-lists after a large one, the host's caches) then lands on the same block every round. On an
-H200 (2026-11-30, five grades of the reference against itself,
-bench/results/reproducibility-H200-h200-2026-11-30-run2.md) the submission slot, which always ran
-right after the reference rather than after the 2x slower plain block, was timed 0.2–1.7% faster
-than the identical reference on every shape, enough to put the reference's own score outside its
-confidence interval in all five grades; the benchmark's "reference again" column leaned the same
-way (median ratio 1.01 over 18 shapes).
+often but keeps the neighbours: within a round ``b`` runs right after ``a``, never right before
+it. Whatever one step leaves behind for the next (GPU clocks and power after a long step, the
+caching allocator's free lists after a large one, the host's caches) then lands on the same
+block, round after round. On an H200 (2026-11-30, five grades of the reference against itself,
+bench/results/reproducibility-H200-h200-2026-11-30-run2.md) the submission slot, which ran right
+after the reference in two rounds of three while the reference ran right after the 2x slower
+plain block in two of three, was timed 0.2–1.7% faster than the identical reference on every
+shape, enough to put the reference's own score outside its confidence interval in all five
+grades; the benchmark's "reference again" column leaned the same way (median ratio 1.01 over 18
+shapes).
 
 A Williams design fixes this: over one cycle of orders every name is first equally often and
 runs immediately after every other name equally often. For n names the cycle has n orders when n
