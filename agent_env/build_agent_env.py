@@ -8,7 +8,7 @@ writes::
                        grader/ (gate, sandbox, timing, check, submit, published speedups),
                        scoring.yaml, PROMPT.md (a copy at the top, for finding it)
     DEST/workspace/    a git repository: the template's solution.py, README.md, .gitignore,
-                       one commit ("start")
+                       one commit ("start"), user.name/user.email "agent" in its .git/config
     DEST/env.sh        source it: TASK_KIT, PYTHONPATH (the kit) and GRADER_STORE
     DEST/MANIFEST.json every file shipped, with its sha256, and what was left out and why
 
@@ -57,6 +57,10 @@ _START_ID = {
     "GIT_COMMITTER_NAME": "task",
     "GIT_COMMITTER_EMAIL": "task@localhost",
 }
+# The agent's identity, written into the workspace's .git/config: the image has no global or
+# system git config, and without an identity the agent's first `git commit` fails ("unable to
+# auto-detect email address").
+AGENT_ID = {"user.name": "agent", "user.email": "agent@localhost"}
 
 ENV_SH = """\
 # Source this file (". env.sh") to use the task kit from your workspace.
@@ -128,7 +132,8 @@ def _git(root: Path, *args: str) -> str:
 
 
 def new_workspace(dest: Path, template: Path = TEMPLATE_DIR) -> str:
-    """Start a workspace: copy the template's files into ``dest``, ``git init``, commit.
+    """Start a workspace: copy the template's files into ``dest``, ``git init``, set the agent's
+    identity in the repository's own config (`AGENT_ID`), commit.
 
     Returns:
         The first commit's id.
@@ -137,6 +142,8 @@ def new_workspace(dest: Path, template: Path = TEMPLATE_DIR) -> str:
     for name in WORKSPACE_FILES:
         shutil.copy2(template / name, dest / name)
     _git(dest, "init", "--quiet", "--initial-branch=main")
+    for key, value in AGENT_ID.items():
+        _git(dest, "config", "--local", key, value)
     _git(dest, "add", "--all", ".")
     _git(dest, "commit", "--quiet", "-m", "start: the plain PyTorch block from the template")
     return _git(dest, "rev-parse", "HEAD")

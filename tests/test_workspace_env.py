@@ -87,6 +87,32 @@ def test_workspace_starts_clean_with_one_commit(built: Path) -> None:
     assert (built / "kit" / "PROMPT.md").read_text() == (REPO / "task" / "PROMPT.md").read_text()
 
 
+def test_agent_can_commit_without_any_git_identity(tmp_path: Path) -> None:
+    """As in the agent's image: an empty HOME, no system or global git config. The workspace's
+    own .git/config names the agent, so a plain `git commit` works there."""
+    dest = tmp_path / "env"
+    _builder().build(dest)
+    ws = dest / "workspace"
+    (tmp_path / "home").mkdir()
+    # No GIT_*/EMAIL variables: git would take an identity from them instead of the config.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k != "EMAIL"}
+    env.update(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "home" / ".config"),
+               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null")
+    (ws / "solution.py").write_text((ws / "solution.py").read_text() + "# a first edit\n")
+
+    def agent_git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=ws, env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    assert agent_git("add", "-A").returncode == 0
+    commit = agent_git("commit", "-q", "-m", "first edit")
+    assert commit.returncode == 0, commit.stderr
+    # Checked by name too: on a host with a full domain name git could guess an address.
+    author = agent_git("log", "-1", "--format=%an <%ae> / %cn <%ce>").stdout.strip()
+    assert author == "agent <agent@localhost> / agent <agent@localhost>"
+    assert len(_git(ws, "log", "--format=%H").splitlines()) == 2
+
+
 def test_env_sh_points_the_tools_at_the_kit(built: Path) -> None:
     script = f". {built / 'env.sh'} && cd {built / 'workspace'} && {sys.executable} -m grader.check --where"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_STORE")}
