@@ -350,6 +350,13 @@ class Store:
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM submissions ORDER BY id").fetchall()
         return [SubmissionRecord._from_row(r) for r in rows]
 
+    def with_tree(self, tree: str) -> list[SubmissionRecord]:
+        """Every submission of the git tree ``tree`` (the same content), oldest first."""
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM submissions WHERE tree_id = ? ORDER BY id", (tree,)
+        ).fetchall()
+        return [SubmissionRecord._from_row(r) for r in rows]
+
     def best(self) -> SubmissionRecord | None:
         """The graded submission with the highest score (the earliest among equals)."""
         row = self._db.execute(

@@ -10,7 +10,9 @@ Run from the workspace::
 A submission is the tree of HEAD, never the working copy: ``submit`` refuses while there are
 uncommitted changes (``--allow-dirty`` sends HEAD anyway and says what was left out). The tree is
 exported with the grader's own export (`grader.workspace`: same limits, no filters or hooks),
-archived deterministically and stored with its commit and tree ids (`grader.store`).
+archived deterministically and stored with its commit and tree ids (`grader.store`). A tree that
+was submitted before is stored again, with a warning naming the earlier submissions and their
+status.
 
 Until the operator's grading service is connected, the store is a local SQLite file and
 ``--wait`` (or ``grade``) grades right here: the archive is unpacked into a fresh repository, its
@@ -283,12 +285,27 @@ def render_list(records: Sequence[SubmissionRecord], best: SubmissionRecord | No
     return "\n".join(lines)
 
 
+def _state(record: SubmissionRecord) -> str:
+    """``graded, checked_untimed, score none (untimed)``: where it stands and what it got."""
+    grade = f", {record.grade_status}" if record.grade_status else ""
+    return f"{record.status.value}{grade}, score {_score(record)}"
+
+
+def render_same_tree(record: SubmissionRecord, earlier: Sequence[SubmissionRecord]) -> str:
+    """The warning for a submission whose tree was already submitted (stored all the same)."""
+    named = "; ".join(f"#{r.id} ({_state(r)})" for r in earlier[-5:])
+    more = f" and {len(earlier) - 5} earlier" if len(earlier) > 5 else ""
+    return (
+        f"warning: #{record.id} has the same tree {record.tree[:12]} as {named}{more}: stored "
+        f"anyway, but it is the same content (to submit a change, commit it first; python -m "
+        f"grader.submit show {earlier[-1].id} shows #{earlier[-1].id})"
+    )
+
+
 def render_record(record: SubmissionRecord, store: Store) -> str:
     """A submission's facts and, once graded, its report."""
     lines = [
-        f"submission #{record.id}: {record.status.value}"
-        + (f", {record.grade_status}" if record.grade_status else "")
-        + f", score {_score(record)}",
+        f"submission #{record.id}: {_state(record)}",
         f"  commit {record.commit}  tree {record.tree}  ({record.files} files)",
         f"  archive sha256 {record.archive_sha256} ({record.archive_bytes} bytes)",
         f"  from {record.workspace}",
@@ -390,6 +407,11 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
     if left_out:
         print(f"note: {len(left_out)} uncommitted change(s) were NOT sent: "
               + ", ".join(line[3:] for line in left_out[:6]))
+    # A warning, not a refusal: regrading the same tree is legitimate (timing noise, a grading
+    # error), but usually it means the change that was meant to go was never committed.
+    earlier = [r for r in store.with_tree(record.tree) if r.id != record.id]
+    if earlier:
+        print(render_same_tree(record, earlier))
     if not args.wait:
         print(f"queued. next: python -m grader.submit grade {record.id} grades it here (or "
               f"submit with --wait); python -m grader.submit show {record.id} shows its report")

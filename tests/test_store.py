@@ -77,6 +77,18 @@ def test_add_get_list_and_the_recorded_hash(tmp_path: Path) -> None:
         assert again.get(2).archive_sha256 == sha256(b"other bytes")
 
 
+def test_with_tree_finds_every_submission_of_the_same_content(tmp_path: Path) -> None:
+    with Store(tmp_path / "s.sqlite") as store:
+        _add(store, tree="a" * 40)
+        _add(store, tree="b" * 40)
+        _add(store, tree="a" * 40, commit="d" * 40)
+    # Durable: another connection to the same file finds them.
+    with Store(tmp_path / "s.sqlite") as again:
+        assert [r.id for r in again.with_tree("a" * 40)] == [1, 3]
+        assert [r.commit for r in again.with_tree("a" * 40)] == ["c" * 40, "d" * 40]
+        assert again.with_tree("e" * 40) == []
+
+
 def test_missing_id_says_which_ids_exist(tmp_path: Path) -> None:
     with Store(tmp_path / "s.sqlite") as store:
         with pytest.raises(StoreError, match="no submission 1 .*the store is empty"):
