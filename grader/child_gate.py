@@ -125,6 +125,28 @@ class Harness:
         text = "".join(lines)
         return text[-3000:]
 
+    def _workspace_frames(self, exc: BaseException, keep: int = 4) -> list[str]:
+        """The last ``keep`` frames of the traceback that lie in the submission's own files, as
+        ``file:line in function: source``, outermost first; an exception's cause (the kernel
+        line under Triton's InterpreterError) counts as deeper than the exception itself."""
+        chain: list[BaseException] = []
+        seen: BaseException | None = exc
+        while seen is not None and seen not in chain and len(chain) < 5:
+            chain.append(seen)
+            seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
+        root = self.workdir.resolve()
+        frames = []
+        with self.guard.trusted():
+            for link in chain:
+                for frame in traceback.extract_tb(link.__traceback__):
+                    path = Path(frame.filename).resolve()
+                    if not path.is_relative_to(root) or ".grader" in path.parts:
+                        continue
+                    source = (frame.line or "").strip()
+                    frames.append(f"{path.relative_to(root)}:{frame.lineno} in {frame.name}"
+                                  + (f": {source[:160]}" if source else ""))
+        return frames[-keep:]
+
     # ------------------------------------------------------------------ load
 
     def load(self) -> None:
@@ -177,6 +199,7 @@ class Harness:
                     "item_failed",
                     index=index,
                     error=self._error_text(exc),
+                    frames=self._workspace_frames(exc),
                     oom=oom,
                     cuda_fault=fault,
                     exit_call=isinstance(exc, SystemExit | KeyboardInterrupt),

@@ -75,6 +75,8 @@ class GateResult:
         findings: Run-time rule findings the child reported.
         child: How the child ended.
         load_error: Traceback text when importing or constructing failed before any item.
+        frames: Item name → where the submission raised in that item: the last frames of the
+            traceback inside the submission's files (``file:line in function: source``).
     """
 
     items: tuple[GateItem, ...]
@@ -82,6 +84,7 @@ class GateResult:
     findings: tuple[RuleFinding, ...]
     child: ChildResult
     load_error: str = ""
+    frames: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -484,6 +487,7 @@ def run_gate(
                       env_extra=env_extra, on_message=talk)  # fmt: skip
 
     cases: list[CaseResult] = []
+    frames: dict[str, tuple[str, ...]] = {}
     for item in items:
         out_path = workdir / ".grader" / f"out-{item.index}.pt"
         wall = talk.done.get(item.index)
@@ -493,6 +497,7 @@ def run_gate(
             last = error[-1] if error else "unknown error"
             what = "called exit" if message.get("exit_call") else "raised"
             cases.append(case_result(item, [], None, f"the submission {what}: {last}"))
+            frames[item.name] = _frames(message.get("frames"))
             continue
         if item.index not in talk.done or not out_path.is_file():
             if talk.current == item.index:
@@ -509,7 +514,15 @@ def run_gate(
             cases.append(case_result(item, [], wall, f"unreadable output: {exc!r}"))
             continue
         cases.append(case_result(item, checks, wall))
-    return GateResult(tuple(items), tuple(cases), tuple(talk.findings), child, talk.load_error)
+    return GateResult(tuple(items), tuple(cases), tuple(talk.findings), child, talk.load_error,
+                      {name: f for name, f in frames.items() if f})
+
+
+def _frames(value: Any) -> tuple[str, ...]:
+    """The child's frame lines (its word only, shown to a person): a few short strings."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v[:300] for v in value[-6:] if isinstance(v, str))
 
 
 def _death(child: ChildResult) -> str:
