@@ -14,7 +14,8 @@ purpose:
 - **The working tree**, uncommitted edits included (as a dangling snapshot commit, so the export's
   limits apply); ``--commit REV`` checks a commit instead. ``submit`` sends HEAD only.
 - **Public seeds only**: no secret is mixed in, so a failing case can be reproduced exactly with
-  ``task.inputs.make_inputs(..., seed=derive_seed(public_seed))`` (the output prints the call).
+  ``task.inputs.make_inputs(..., seed=derive_seed(public_seed))``: ``--repro NAME`` writes a script
+  that does it and compares the block with the fp64 oracle, outside the sandbox.
 - **Quick mode** runs the cases marked ``smoke`` (and, on a GPU, one production-width case per
   dtype); ``--full`` runs them all.
 - **No reference**: the agent's environment does not have it. The timing child times plain PyTorch
@@ -87,6 +88,22 @@ RULE_HINTS = {
     "gpu-memory-hog": "free what you allocate; do not hold GPU memory across steps",
     "clock-mismatch": "the step's work must finish inside the timed window",
 }
+
+# What a failing case of each input family (task/inputs.py, PROMPT.md §3) usually means.
+FAMILY_HINTS = {
+    "offset": "offset cases (x ≈ 1000 + N(0,1): every channel's conv output sits near 1000) fail "
+    "when the variance is E[y²]−E[y]² in fp32: use a numerically stable variance, e.g. subtract "
+    "a shift (one sample of the example) before summing, or merge per-tile (count, mean, M2) "
+    "with Welford/Chan",
+    "tiny": "tiny cases (x ~ N(0,1e-3²): the variance is below eps) fail when eps is missing or "
+    "misplaced: eps must be added to the variance before the rsqrt, rstd = 1/sqrt(var + eps)",
+    "scale": "scale cases (x ~ N(0,100²)) fail on large magnitudes: squares and sums overflow "
+    "fp16, so accumulate the statistics in fp32 (the plain block normalizes in fp32 for "
+    "bf16/fp16)",
+}
+NON_FINITE_HINT = ("values that are not finite: an example whose variance is 0 (length·channels "
+                   "= 1, as in c1-l1) needs eps in rsqrt(var + eps); also look for a division by "
+                   "zero, a masked load without other=0.0, or fp16 overflow")  # fmt: skip
 
 
 class Mode(enum.StrEnum):
@@ -183,7 +200,8 @@ class CheckReport:
         max_utilisation: Largest error/budget over every check (how close to failing).
         timing: The timing phase's report, if it ran.
         estimate: The estimated score, if timing ran.
-        reproduce: Failed item name → how to rebuild its inputs, block and truth locally.
+        reproduce: Failed item name → the command that writes a script rebuilding it locally.
+        frames: Item name → where the submission raised in it (the last frames in its files).
         not_checked: What did not run, each with why.
         wall_s: Seconds the check took.
     """
@@ -206,6 +224,7 @@ class CheckReport:
     timing: TimingReport | None = None
     estimate: ScoreEstimate | None = None
     reproduce: dict[str, str] = dataclasses.field(default_factory=dict)
+    frames: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     not_checked: tuple[str, ...] = ()
     wall_s: float = 0.0
 
@@ -343,26 +362,139 @@ def select_cases(
 
 def gate_verdict(result: Any) -> tuple[Status, tuple[str, ...]]:
     """Status and reasons of a `grader.gate.GateResult`, decided by the grader's own rule
-    (`grader.grade`); a pass is ``checked_untimed`` until timing has run."""
+    (`grader.grade`); a pass is ``checked_untimed`` until timing has run. A reason the rule
+    gives twice (a crashed case is also a failed one) is shown once."""
     from grader.grade import _gate_status
 
     status, reasons = _gate_status(result)
     if status is Status.SCORED:
         return Status.CHECKED_UNTIMED, ()
-    return status, tuple(reasons)
+    return status, tuple(dict.fromkeys(reasons))
 
 
 def _reproduce(item: Any) -> str:
+    return f"python -m grader.check --repro '{item.name}' writes a script that runs just this item"
+
+
+def find_item(config: ScoringConfig, name: str) -> Any:
+    """The gate item called ``name``: ``case#seed`` or ``case#seed/identity`` as a FAILED line
+    names it, or a case name of ``scoring.yaml`` for its first public seed.
+
+    Raises:
+        ConfigError: No such case or seed.
+    """
+    from grader.gate import GateItem
+
+    base, _, tail = name.partition("/")
+    case_name, _, seed = base.partition("#")
+    drift = config.correctness.drift.cases
+    case = next((c for c in (*config.correctness.cases, *drift) if c.name == case_name), None)
+    seeds = () if case is None else case.seeds
+    if case is None or (seed and not (seed.isdigit() and int(seed) in seeds)) or tail not in (
+            "", "identity"):  # fmt: skip
+        raise ConfigError(f"no gate item named {name!r}: give a FAILED line's name (like "
+                          "c1-l1#1101 or c1-l1#1101/identity) or a case name of scoring.yaml")
+    kind = "identity" if tail else "drift" if case in drift else "case"
+    public = int(seed) if seed else seeds[0]
+    return GateItem(0, f"{case.name}#{public}{'/identity' if tail else ''}", kind, case, public)
+
+
+_REPRO = '''"""Gate item {name}, rebuilt from its public seed: your block on its inputs, compared
+with the fp64 oracle by the gate's own checks.
+
+Written by python -m grader.check --repro '{name}'. It runs your solution.py in this
+process (no sandbox, no rule checks), so the whole traceback, your prints and a debugger
+(python -m pdb) work. Run it from the workspace: python {script}
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the workspace: solution.py
+sys.path.append({kit!r})  # the task kit (task/, grader/), if not on PYTHONPATH
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    # No GPU: Triton kernels run in its interpreter, which must be on before triton is imported.
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from grader.config import load_config  # noqa: E402
+from grader.gate import exact_check, forward_check, rel_l2_check  # noqa: E402
+from solution import DilatedResidualBlock  # noqa: E402
+from task.inputs import derive_seed, make_inputs  # noqa: E402
+from task.oracle import oracle_sgd, oracle_step  # noqa: E402
+
+inputs = make_inputs({inputs},
+                     seed=derive_seed({seed}), device=DEVICE)
+state = inputs.state_dict()  # conv.weight, fc1.weight, fc2.weight
+{zero}block = DilatedResidualBlock({block})
+block = block.to(device=DEVICE, dtype=inputs.x.dtype)
+block.load_state_dict(state)
+params = dict(block.named_parameters())
+x = inputs.x.clone().requires_grad_(True)
+budget = load_config().budget({dtype!r})
+{body}
+for check in checks:
+    util = "exact" if check.utilisation is None else f"utilisation {{check.utilisation:.3g}}"
+    print(f"{{'ok  ' if check.passed else 'FAIL'}} {{check.name}}: {{util}} {{check.detail}}")
+'''
+
+_REPRO_STEP = '''out = block(x)
+out.backward(inputs.grad_out)
+grads = {{"grad_x": x.grad, **{{f"grad_{{k.split('.')[0]}}": p.grad for k, p in params.items()}}}}
+'''
+
+_REPRO_CASE = _REPRO_STEP + '''weights = (w.cpu() for w in state.values())
+ref = oracle_step(inputs.x.cpu(), *weights, inputs.grad_out.cpu(), {kwargs})
+checks = [forward_check(out.detach().cpu(), ref.out, budget)]
+checks += [rel_l2_check(k, g.detach().cpu(), getattr(ref, k), budget.grad_rel)
+           for k, g in grads.items()]'''
+
+_REPRO_IDENTITY = _REPRO_STEP + '''# With fc1 and fc2 zero the block is the identity, bit for bit.
+checks = [exact_check("identity_out", out.detach().cpu(), inputs.x.cpu()),
+          exact_check("identity_grad_x", grads.pop("grad_x").cpu(), inputs.grad_out.cpu())]
+checks += [exact_check(f"identity_{{k}}", g.cpu(), torch.zeros_like(g.cpu()))
+           for k, g in grads.items()]'''
+
+_REPRO_DRIFT = '''# SGD in place, each update rounded once from fp64, as the gate does.
+for step in range({steps}):
+    block(x).backward(inputs.grad_out)
+    with torch.no_grad():
+        for p in params.values():
+            p.copy_((p.double() - {lr!r} * p.grad.double()).to(p.dtype))
+            p.grad = None
+    x.grad = None
+ref = oracle_sgd(inputs.x.cpu(), {{k: v.cpu() for k, v in state.items()}}, inputs.grad_out.cpu(),
+                 steps={steps}, lr={lr!r}, {kwargs})
+checks = [rel_l2_check(f"drift_{{k}}", params[k].detach().cpu().double() - w.cpu().double(),
+                       ref[k].cpu() - w.cpu().double(), budget.drift_rel)
+          for k, w in state.items()]'''
+
+
+def write_repro(config: ScoringConfig, name: str, root: Path) -> Path:
+    """Write ``scratch/repro_<item>.py`` in the workspace ``root``: a script that rebuilds gate
+    item ``name`` from its public seed, runs the block on it and checks it as the gate does."""
+    item = find_item(config, name)
     c = item.case
-    zero = " with fc1/fc2 weights zeroed" if item.kind == "identity" else ""
-    return (
-        f"inputs{zero}: task.inputs.make_inputs(batch={c.batch}, length={c.length}, "
-        f"channels={c.channels}, expansion={c.expansion}, family={c.family!r}, "
-        f"dtype={c.dtype!r}, seed=task.inputs.derive_seed({item.public_seed})); block "
-        f"DilatedResidualBlock(channels={c.channels}, dilation={c.dilation}, "
-        f"expansion={c.expansion}, eps={c.eps!r}, residual_scale={c.residual_scale!r}); truth "
-        "task.oracle.oracle_step(...)"
-    )
+    kwargs = f"dilation={c.dilation}, eps={c.eps!r}, residual_scale={c.residual_scale!r}"
+    body = {"case": _REPRO_CASE, "identity": _REPRO_IDENTITY, "drift": _REPRO_DRIFT}[item.kind]
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in item.name)
+    path = root / "scratch" / f"repro_{safe}.py"
+    zero = ('state = {**state, "fc1.weight": state["fc1.weight"] * 0, '
+            '"fc2.weight": state["fc2.weight"] * 0}\n') if item.kind == "identity" else ""
+    text = _REPRO.format(
+        name=item.name, script=path.relative_to(root), kit=str(KIT_ROOT), seed=item.public_seed,
+        inputs=f"batch={c.batch}, length={c.length}, channels={c.channels}, "
+        f"expansion={c.expansion}, family={c.family!r}, dtype={c.dtype!r}",
+        block=f"channels={c.channels}, expansion={c.expansion}, {kwargs}", dtype=c.dtype,
+        zero=zero, body=body.format(kwargs=kwargs, steps=config.correctness.drift.steps,
+                                    lr=config.correctness.drift.lr),
+    )  # fmt: skip
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
 
 
 # ----------------------------------------------------------------------------- the check
@@ -462,7 +594,7 @@ def run_check(
         gate_part = dict(
             items_total=len(items), cases=result.cases, findings=result.findings,
             max_utilisation=max(utils) if utils else None,
-            advisories=scan_tree(exported.root),
+            advisories=scan_tree(exported.root), frames=result.frames,
             reproduce={i.name: _reproduce(i) for i in items if i.name in failed}
             if secret is None else {},
         )  # fmt: skip
@@ -470,6 +602,8 @@ def run_check(
         if mode is Mode.QUICK and not cases:
             not_checked.append(
                 "the other cases of scoring.yaml: quick mode (run --full before you submit)"
+                if on_gpu else "the other cases of scoring.yaml: quick mode (--full runs them, "
+                "slowly through the interpreter here; the GPU grade runs them all)"
             )
         if secret is None:
             not_checked.append("secret seeds: the check uses the public seeds only")
@@ -484,7 +618,7 @@ def run_check(
                 status, reasons = _timing_verdict(timing, est)
         return CheckReport(
             status=status, reasons=reasons,
-            next_steps=_next_steps(status, result, est, on_gpu, where, commit),
+            next_steps=_next_steps(status, result, est, on_gpu, where, commit, bool(cases)),
             source=source, uncommitted=uncommitted, timing=timing, estimate=est,
             not_checked=tuple(not_checked), wall_s=time.monotonic() - started,
             **base, **gate_part,
@@ -524,8 +658,12 @@ def _next_steps(
     on_gpu: bool,
     where: worktree.WorktreeState,
     commit: str | None,
+    narrowed: bool = False,
 ) -> tuple[str, ...]:
+    """What to do now; ``narrowed``: the check ran only the cases named with ``--case``."""
     steps: list[str] = []
+    first = next((c for c in result.cases if not c.passed), None)
+    case = first.name.split("#")[0] if first is not None else "NAME"
     if status is Status.LOAD_FAILED:
         steps.append("fix the error above (python -c 'import solution' in the workspace shows "
                      "the full traceback), then check again")
@@ -533,11 +671,25 @@ def _next_steps(
         for rule in dict.fromkeys(f.rule for f in result.findings):
             steps.append(f"{rule}: {RULE_HINTS.get(rule, 'see PROMPT.md §2')}")
     elif status is Status.GATE_FAILED:
-        first = next(c for c in result.cases if not c.passed)
-        steps.append(f"fix {first.name.split('#')[0]} first; rerun just it with "
-                     f"python -m grader.check --case {first.name.split('#')[0]} --no-time")
+        steps.append(f"fix {case} first; rerun just it with "
+                     f"python -m grader.check --case {case} --no-time")
+        steps.extend(_hints(result))
     elif status in (Status.CRASHED, Status.TIMED_OUT, Status.OUT_OF_MEMORY):
-        steps.append("run the failing case alone (--case NAME) and read the error above")
+        what = {Status.CRASHED: "where it raised (the frames in your files, deepest last)",
+                Status.TIMED_OUT: "which item ran past the gate's time limit (a loop that never "
+                "ends, or a huge grid through the interpreter)",
+                Status.OUT_OF_MEMORY: "which item ran out of memory"}[status]
+        steps.append(f"read above {what}" if narrowed else
+                     f"read above {what}; rerun just the first failing case with "
+                     f"python -m grader.check --case {case} --no-time")
+        if any("InterpreterError" in c.reason for c in result.cases):
+            steps.append("an InterpreterError comes from the Triton interpreter (CPU), which runs "
+                         "kernels as Python: README.md lists its pitfalls (a range() loop "
+                         "variable is a plain int, so .to() fails on it)")
+        if first is not None:
+            steps.append(f"to debug it outside the sandbox (whole traceback, prints, pdb): "
+                         f"python -m grader.check --repro '{first.name}', then run the script "
+                         "it writes")
     elif status.passed:
         if est is not None and est.score is not None:
             steps.append("faster = higher score: improve the shapes with the lowest r")
@@ -547,10 +699,23 @@ def _next_steps(
             steps.append("commit your changes (git add -A && git commit -m '...'); submit "
                          "sends only the committed HEAD")
         steps.append("run python -m grader.check --full before you submit, then "
-                     "python -m grader.submit --wait")
+                     "python -m grader.submit --wait" if on_gpu else
+                     "python -m grader.submit --wait (--full is slow here: it runs every case "
+                     "through the Triton interpreter, tens of minutes; the GPU grade runs every "
+                     "case anyway)")
     else:
         steps.append("read the reason above; see PROMPT.md §4")
     return tuple(steps)
+
+
+def _hints(result: Any) -> list[str]:
+    """One hint per input family with a failing case, and one for values that are not finite."""
+    failed = {c.name for c in result.cases if not c.passed}
+    families = dict.fromkeys(i.case.family for i in result.items if i.name in failed)
+    hints = [FAMILY_HINTS[f] for f in families if f in FAMILY_HINTS]
+    if any("not finite" in ch.detail for c in result.cases if not c.passed for ch in c.checks):
+        hints.append(NON_FINITE_HINT)
+    return hints
 
 
 # ----------------------------------------------------------------------------- output
@@ -574,15 +739,23 @@ def render(report: CheckReport) -> str:
             + ", ".join(line[3:] for line in report.uncommitted[:6])
             + (" ..." if len(report.uncommitted) > 6 else "")
         )
-    passed = sum(c.passed for c in report.cases)
+    broken = _rule_broken_items(report)
+    passed = sum(c.passed and c.name not in broken for c in report.cases)
     if report.items_total:
         stopped = len(report.cases) < report.items_total
+        if report.findings:
+            at = next((c.name for c in report.cases if c.name in broken), None)
+            ran = f"stopped at the first rule break{' in ' + at if at else ''}"
+        else:
+            ran = f"{len(report.cases)} ran before the gate stopped"
         lines.append(
             f"gate: {passed} of {report.items_total} items passed"
-            + (f" ({len(report.cases)} ran before the gate stopped)" if stopped else "")
+            + (f" ({ran})" if stopped or report.findings else "")
             + f"; max envelope utilisation {_fmt(report.max_utilisation, '.3f')} "
             "(error / budget; > 1 fails)"
         )
+    if report.cases and not any(not c.passed for c in report.cases) and not report.findings:
+        lines.extend(_closest(report.cases))
     for f in report.findings:
         lines.append(f"RULE BROKEN  {f.rule} in {f.phase}: {f.message}")
     for f in report.advisories:
@@ -598,13 +771,18 @@ def render(report: CheckReport) -> str:
         bad = [ch_ for ch_ in case.checks if not ch_.passed]
         for check in bad:
             values = ""
-            if check.error is not None and check.budget is not None:
+            if check.name == "forward" and check.error is not None:
+                # The budget is 1 by construction: the error is already a ratio to the allowance.
+                values = f" max |err|/(atol+rtol·|ref|) = {check.error:.3g} (> 1 fails);"
+            elif check.error is not None and check.budget is not None:
                 values = f" error {check.error:.4g} vs budget {check.budget:.4g}"
                 if check.utilisation is not None:
                     values += f" (utilisation {check.utilisation:.3g})"
             lines.append(f"    check {check.name}:{values} {check.detail}".rstrip())
         if not bad:
             lines.append(f"    {case.reason}")
+        for frame in report.frames.get(case.name, ()):
+            lines.append(f"      at {frame}")
         if case.name in report.reproduce:
             lines.append(f"    reproduce: {report.reproduce[case.name]}")
     if len(failed) > _SHOW_FAILED:
@@ -615,14 +793,46 @@ def render(report: CheckReport) -> str:
         lines.append(f"timing: {report.timing.status} {report.timing.reason}")
     lines.append("")
     lines.append(f"status: {report.status.value}")
-    for reason in report.reasons[:_SHOW_FAILED]:
+    # Every rule finding is listed (each needs its own fix); failed cases are often one bug.
+    shown = len(report.reasons) if report.status is Status.RULE_BROKEN else _SHOW_FAILED
+    for reason in report.reasons[:shown]:
         lines.append(f"  - {reason}")
+    if len(report.reasons) > shown:
+        lines.append(f"  ... and {len(report.reasons) - shown} more (see --json)")
     for item_ in report.not_checked:
         lines.append(f"not checked: {item_}")
     for step in report.next_steps:
         lines.append(f"next: {step}")
     lines.append(f"({report.wall_s:.1f} s; exit code {report.exit_code})")
     return "\n".join(lines)
+
+
+def _rule_broken_items(report: CheckReport) -> set[str]:
+    """Names of the gate items in which a run-time rule was broken (phase ``forward:<item>``,
+    ``backward:<item>/step0``...)."""
+    names = {c.name for c in report.cases}
+    broken = set()
+    for f in report.findings:
+        item = f.phase.split(":", 1)[-1].split("/step")[0]
+        if item in names:
+            broken.add(item)
+    return broken
+
+
+def _closest(cases: Sequence[CaseResult], top: int = 3) -> list[str]:
+    """The checks closest to their budget, the worst of each case, largest first."""
+    worst = []
+    for case in cases:
+        numeric = [ch for ch in case.checks if ch.utilisation is not None]
+        if numeric:
+            check = max(numeric, key=lambda ch: ch.utilisation)
+            worst.append((check.utilisation, case.name, check.name))
+    worst.sort(key=lambda w: w[0], reverse=True)
+    if not worst:
+        return []
+    return ["closest to the budget: " + ", ".join(
+        f"{name} {check} {util:.3f}" for util, name, check in worst[:top])
+        + " (every check's utilisation is in --json)"]  # fmt: skip
 
 
 def _render_estimate(est: ScoreEstimate, timing: TimingReport | None) -> list[str]:
@@ -665,6 +875,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", type=int, help="GPU index (default 0)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     p.add_argument("--workspace", metavar="DIR", help="workspace (default: the current directory)")
+    p.add_argument("--repro", metavar="NAME",
+                   help="write scratch/repro_NAME.py: a script that runs your block on gate item "
+                   "NAME (as a FAILED line names it) and checks it, outside the sandbox; and exit")
     p.add_argument("--where", action="store_true",
                    help="print where the statement, scoring.yaml and the store are, and exit")
     return p
@@ -690,6 +903,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.where:
         print(where())
+        return 0
+    if args.repro:
+        try:
+            root = worktree.find_root(args.workspace)
+            path = write_repro(load_config(), args.repro, root)
+        except (worktree.WorktreeError, ConfigError) as exc:
+            print(f"check: {exc}", file=sys.stderr)
+            return int(ExitCode.USAGE)
+        print(f"wrote {path}\nrun it from the workspace: python {path.relative_to(root)}  "
+              "(your block on that item's public-seed inputs, checked as the gate does; "
+              "no sandbox, no rule checks)")
         return 0
     try:
         config = load_config()

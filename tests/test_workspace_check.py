@@ -11,7 +11,16 @@ import pytest
 
 from grader import check, worktree
 from grader.config import ConfigError, load_config
-from grader.report import ShapeTiming, Status, TimingReport
+from grader.report import (
+    CaseResult,
+    CheckResult,
+    ExitCode,
+    RuleFinding,
+    Severity,
+    ShapeTiming,
+    Status,
+    TimingReport,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 NAIVE = REPO / "tests" / "corpus" / "naive_triton" / "solution.py"
@@ -123,7 +132,7 @@ def test_failing_case_names_the_check_both_values_and_how_to_reproduce(tmp_path:
     out = check.render(report)
     assert "FAILED  case c5-l9-d4#1301" in out
     assert "check grad_conv: error 0.01 vs budget 0.003" in out
-    assert "seed=task.inputs.derive_seed(1301)" in out
+    assert "reproduce: python -m grader.check --repro 'c5-l9-d4#1301'" in out
     assert "next: fix c5-l9-d4 first; rerun just it with python -m grader.check --case c5-l9-d4" in out
     assert "note: 1 uncommitted change(s)" in out
 
@@ -173,3 +182,178 @@ def test_timing_runs_plain_in_the_reference_slot_and_estimates(
     data = json.loads(json.dumps(report.to_dict()))
     assert data["timing"]["shapes"][0]["r"] == 3.0 and data["exit_code"] == 0
     assert "estimated score: " in check.render(report)
+
+
+def _crashing(tmp: Path) -> tuple[Path, int]:
+    """A workspace whose stats kernel calls .to() on a range() loop variable: a plain int in the
+    interpreter, so every item raises an InterpreterError. Returns it and the line that raises."""
+    text = NAIVE.read_text()
+    bad = "offs = start.to(tl.int64) + tl.arange(0, BLOCK)"
+    text = text.replace("offs = start + tl.arange(0, BLOCK)", bad, 1)
+    ws = _workspace(tmp)
+    (ws / "solution.py").write_text(text)
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if bad in s)
+    return ws, line
+
+
+def test_crash_names_the_lines_in_the_workspace_and_a_next_step(tmp_path: Path) -> None:
+    """A crash used to print only repr(e), the same reason twice under --case, and a circular
+    'run the failing case alone (--case NAME)' after --case had been used."""
+    if not NAIVE.is_file():
+        pytest.skip(f"{NAIVE} is missing")
+    ws, line = _crashing(tmp_path)
+    report = check.run_check(ws, cases=["c1-l1"], progress=None)
+    assert report.status is Status.CRASHED and report.exit_code == 14
+    out = check.render(report)
+    # The kernel's line (the InterpreterError's cause) is the deepest frame, under the case.
+    assert f"      at solution.py:{line} in _stats: offs = start.to(tl.int64)" in out
+    assert "in forward: " in out.split(f"solution.py:{line}")[0].split("FAILED")[1]
+    assert report.frames["c1-l1#1101"][-1].startswith(f"solution.py:{line} in _stats")
+    # Each item's reason once.
+    status = out.split("status: crashed")[1]
+    assert status.count("  - c1-l1#1101: the submission raised") == 1
+    assert len(report.reasons) == len(set(report.reasons))
+    steps = "\n".join(report.next_steps)
+    assert "--case NAME" not in steps and "--case c1-l1" not in steps, steps
+    assert "read above where it raised" in steps
+    assert "python -m grader.check --repro 'c1-l1#1101'" in steps
+    assert "range() loop variable is a plain int" in steps
+    # Without --case, the next step names the case to narrow to.
+    steps = check._next_steps(report.status, _result(report), None, False,
+                              worktree.state(ws), None, narrowed=False)  # fmt: skip
+    assert "python -m grader.check --case c1-l1 --no-time" in steps[0]
+
+
+def _result(report: check.CheckReport) -> object:
+    import types
+
+    return types.SimpleNamespace(cases=report.cases, findings=report.findings, items=())
+
+
+def test_repro_writes_a_script_that_runs_the_item_and_checks_it(tmp_path: Path) -> None:
+    """The reproduce recipe used to end in 'truth task.oracle.oracle_step(...)': not runnable."""
+    if not NAIVE.is_file():
+        pytest.skip(f"{NAIVE} is missing")
+    ws = _workspace(tmp_path, NAIVE)
+    assert check.main(["--workspace", str(ws), "--repro", "c1-l1#1102"]) == 0
+    script = ws / "scratch" / "repro_c1-l1_1102.py"
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "TRITON_"))}
+    run = subprocess.run([sys.executable, str(script.relative_to(ws))], cwd=ws, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    names = [line.split(":")[0] for line in run.stdout.splitlines()]
+    assert names == ["ok   forward", "ok   grad_x", "ok   grad_conv", "ok   grad_fc1",
+                     "ok   grad_fc2"], run.stdout  # fmt: skip
+    # Identity and drift items, and a case name alone (its first seed).
+    assert check.find_item(CONFIG, "c1-l1#1101/identity").kind == "identity"
+    assert check.find_item(CONFIG, "drift-c9-l20-d3").kind == "drift"
+    assert check.find_item(CONFIG, "c1-l1").name == "c1-l1#1101"
+    for name in ("drift-c9-l20-d3#8401", "c16-l1024-offset#1601/identity"):
+        compile(check.write_repro(CONFIG, name, ws).read_text(), name, "exec")
+    with pytest.raises(ConfigError, match="no gate item named 'c1-l1#9'"):
+        check.find_item(CONFIG, "c1-l1#9")
+    assert check.main(["--workspace", str(ws), "--repro", "nope"]) == 2
+
+
+def _case(name: str, *checks: CheckResult) -> CaseResult:
+    return CaseResult(name, "case", "float32", (2, 9, 5), 1, all(c.passed for c in checks),
+                      checks, max((c.utilisation or 0.0 for c in checks), default=None),
+                      next((f"{c.name}: {c.detail}" for c in checks if not c.passed), ""))
+
+
+def _report(**kw: object) -> check.CheckReport:
+    base = dict(status=Status.CHECKED_UNTIMED, reasons=(), next_steps=(), mode=check.Mode.QUICK,
+                source="working tree", workspace="/ws", head=None, uncommitted=(),
+                device="cpu (triton interpreter)", items_total=12)  # fmt: skip
+    base.update(kw)
+    return check.CheckReport(**base)  # type: ignore[arg-type]
+
+
+def test_rule_break_summary_passes_nothing_and_lists_every_finding() -> None:
+    """The template's first check said '1 of 12 items passed' for the item that broke the rules,
+    and showed 5 of its 7 rule lines."""
+    findings = tuple(
+        RuleFinding(f"rule-{i}", Severity.VIOLATION, "runtime", f"message {i}",
+                    phase=f"{'forward' if i < 5 else 'backward'}:c1-l1#1101")
+        for i in range(7))  # fmt: skip
+    report = _report(
+        status=Status.RULE_BROKEN, cases=(_case("c1-l1#1101", CheckResult("forward", True)),),
+        findings=findings, reasons=tuple(f"{f.rule} ({f.phase}): {f.message}" for f in findings))
+    out = check.render(report)
+    assert "gate: 0 of 12 items passed (stopped at the first rule break in c1-l1#1101)" in out
+    assert all(f"  - rule-{i} (" in out for i in range(7)), out
+    # A drift item's step phase names the item too.
+    drift = _report(status=Status.RULE_BROKEN, cases=(_case("d#1", CheckResult("x", True)),),
+                    findings=(RuleFinding("r", Severity.VIOLATION, "runtime", "m",
+                                          phase="forward:d#1/step2"),), reasons=("r",))
+    assert "0 of 12 items passed (stopped at the first rule break in d#1)" in check.render(drift)
+
+
+def test_forward_failure_reads_as_a_ratio_with_both_values() -> None:
+    detail = ("output off by 0.0114 at (1, 1023, 4) (got 996.715, expected 996.727; allowed "
+              "0.0002); 868 values over budget")
+    case = _case("c16-l1024-offset#1601", CheckResult("forward", False, 56.9, 1.0, 56.9, detail))
+    out = check.render(_report(status=Status.GATE_FAILED, cases=(case,), reasons=("x",)))
+    assert ("    check forward: max |err|/(atol+rtol·|ref|) = 56.9 (> 1 fails); output off by "
+            "0.0114") in out
+    assert "got 996.715, expected 996.727; allowed 0.0002" in out
+    assert "vs budget 1 " not in out
+
+
+def test_a_pass_names_the_checks_closest_to_their_budget() -> None:
+    cases = tuple(_case(f"c{i}#1", CheckResult("forward", True, u, 1.0, u),
+                        CheckResult("grad_x", True, u / 2, 1.0, u / 2))
+                  for i, u in enumerate((0.1, 0.32, 0.05, 0.2)))  # fmt: skip
+    out = check.render(_report(cases=cases))
+    assert ("closest to the budget: c1#1 forward 0.320, c3#1 forward 0.200, c0#1 forward 0.100 "
+            "(every check's utilisation is in --json)") in out
+
+
+def test_family_hints_for_failed_cases() -> None:
+    """One hint per input family with a failing case (task/inputs.py), none for passing ones."""
+    import types
+
+    by = {c.family: c for c in CONFIG.correctness.cases}
+    items = [types.SimpleNamespace(name=f"{f}#1", case=by[f])
+             for f in ("offset", "tiny", "scale", "normal")]  # fmt: skip
+    bad = CheckResult("forward", False, math.inf, 1.0, math.inf, "3 of 9 output values are not "
+                      "finite")
+    cases = (_case("offset#1", bad), _case("tiny#1", bad), _case("scale#1", CheckResult("x", True)),
+             _case("normal#1", bad))
+    result = types.SimpleNamespace(cases=cases, items=items, findings=())
+    hints = check._hints(result)
+    assert hints == [check.FAMILY_HINTS["offset"], check.FAMILY_HINTS["tiny"],
+                     check.NON_FINITE_HINT]  # fmt: skip
+    assert "Welford/Chan" in hints[0] and "before the rsqrt" in hints[1]
+    assert "fp16" in check.FAMILY_HINTS["scale"]
+    assert set(check.FAMILY_HINTS) == {f for f in by if f != "normal"}
+
+
+def test_before_submit_advice_depends_on_the_device(tmp_path: Path) -> None:
+    """On a CPU --full runs every case through the interpreter (tens of minutes): the advice
+    says so; on the GPU it still asks for --full before submitting."""
+    import types
+
+    where = worktree.state(_workspace(tmp_path))
+    result = types.SimpleNamespace(cases=(), findings=(), items=())
+    cpu = check._next_steps(Status.CHECKED_UNTIMED, result, None, False, where, None)
+    gpu = check._next_steps(Status.SCORED, result, None, True, where, None)
+    assert "--full is slow here" in cpu[-1] and "the GPU grade runs every case" in cpu[-1]
+    assert not any("before you submit" in s for s in cpu)
+    assert gpu[-1] == ("run python -m grader.check --full before you submit, then "
+                       "python -m grader.submit --wait")
+
+
+def test_workspace_readme_lists_every_exit_code_and_the_interpreter_tips() -> None:
+    readme = (REPO / "workspace_template" / "README.md").read_text()
+    for code in ExitCode:
+        if code in (ExitCode.GRADER_ERROR, ExitCode.USAGE):
+            assert "| 1 / 2 |" in readme
+            continue
+        assert f"| {int(code)} | `{Status[code.name].value}` |" in readme, code
+    assert "TRITON_INTERPRET=1" in readme and "--repro NAME" in readme
+    assert "`range`/`tl.range` loop variable is a plain\n`int`" in readme
+    assert "tens of minutes" in readme

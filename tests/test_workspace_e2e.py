@@ -98,6 +98,7 @@ def _agent_flow(tmp_path: Path, *, gpu: bool) -> None:
     assert "aten.convolution" in first.stdout
     assert "status: rule_broken" in first.stdout
     assert "call conv_norm(...)" in first.stdout
+    assert "items passed (stopped at the first rule break in c1-l1#1101)" in first.stdout
     _says_next(first.stdout)
     report = json.loads((agent.ws / "scratch" / "check-plain.json").read_text())
     assert report["status"] == "rule_broken" and report["exit_code"] == 12
@@ -111,17 +112,20 @@ def _agent_flow(tmp_path: Path, *, gpu: bool) -> None:
     assert report["items_total"] == len(report["cases"]) and all(
         c["passed"] for c in report["cases"]), out
     assert "uncommitted change(s) were checked but would NOT be submitted" in out
+    assert "closest to the budget: " in out
     _says_next(out)
     if gpu:
         assert second.returncode == 0, out + second.stderr
         assert report["status"] == "scored" and report["timing"]["status"] == "ok"
         assert report["estimate"]["score"] is not None
         assert "estimated score:" in out
+        assert "next: run python -m grader.check --full before you submit" in out
     else:
         assert second.returncode == 3, out + second.stderr
         assert report["status"] == "checked_untimed"
         assert "no CUDA GPU here, nothing was timed" in out
         assert report["device"] == "cpu (triton interpreter)"
+        assert "--full is slow here" in out and "--full before you submit" not in out
 
     # 3. Submitting before committing is refused, with the way out.
     refused = agent.py("-m", "grader.submit")
