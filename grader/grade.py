@@ -141,7 +141,9 @@ def gate_status(gate: GateResult) -> tuple[Status, list[str]]:
     if child.outcome is Outcome.SIGNALED or crashed:
         signaled = child.outcome is Outcome.SIGNALED
         why = [f"the gate child was {child.detail}{at}"] if signaled else []
-        return Status.CRASHED, [*why, *[f"{c.name}: {c.reason}" for c in crashed], *failed_reasons]
+        # Crashed items first, then the other failures, each once.
+        rest = [f"{c.name}: {c.reason}" for c in failed if c not in crashed]
+        return Status.CRASHED, [*why, *[f"{c.name}: {c.reason}" for c in crashed], *rest]
     if child.outcome is Outcome.EXITED and child.exit_code not in (
         ChildExit.RULE_VIOLATION, ChildExit.OK
     ):

@@ -80,3 +80,22 @@ def test_timing_status_maps_to_the_grade_status():
     assert Status.of_timing("grader_error") is Status.GRADER_ERROR
     assert Status.of_timing("implausible") is Status.TIMING_FAILED
     assert Status.of_timing("check_failed") is Status.TIMING_FAILED
+
+
+def test_crashed_gate_lists_each_failure_once() -> None:
+    from grader.gate import GateResult
+    from grader.grade import gate_status
+    from grader.sandbox import ChildResult, Outcome
+
+    def case(name: str, reason: str) -> CaseResult:
+        return CaseResult(name=name, kind="case", dtype="float32", shape=(1, 1, 1), dilation=1,
+                          passed=False, checks=(), max_utilisation=None, reason=reason)
+
+    crash = case("c1-l1#1101", "the submission raised InterpreterError(...)")
+    wrong = case("c3-l2#1201", "forward: max |err| 1 > atol")
+    child = ChildResult(outcome=Outcome.EXITED, exit_code=0, signal=None, wall_s=1.0,
+                        peak_rss_mb=1.0, peak_tasks=1)
+    status, reasons = gate_status(GateResult(items=(), cases=(crash, wrong), findings=(),
+                                             child=child))
+    assert status is Status.CRASHED
+    assert reasons == [f"{crash.name}: {crash.reason}", f"{wrong.name}: {wrong.reason}"]
