@@ -438,7 +438,10 @@ budget = load_config().budget({dtype!r})
 {body}
 for check in checks:
     util = "exact" if check.utilisation is None else f"utilisation {{check.utilisation:.3g}}"
-    print(f"{{'ok  ' if check.passed else 'FAIL'}} {{check.name}}: {{util}} {{check.detail}}")
+    line = f"{{'ok  ' if check.passed else 'FAIL'}} {{check.name}}: {{util}} {{check.detail}}"
+    print(line.rstrip())
+# Exit 1 when a check failed, so a script or a shell loop can tell.
+sys.exit(0 if all(check.passed for check in checks) else 1)
 '''
 
 _REPRO_STEP = '''out = block(x)
@@ -684,8 +687,8 @@ def _next_steps(
                      f"python -m grader.check --case {case} --no-time")
         if any("InterpreterError" in c.reason for c in result.cases):
             steps.append("an InterpreterError comes from the Triton interpreter (CPU), which runs "
-                         "kernels as Python: README.md lists its pitfalls (a range() loop "
-                         "variable is a plain int, so .to() fails on it)")
+                         "kernels as Python; README.md lists its pitfalls (e.g. a range() loop "
+                         "variable is a plain int there, so .to() fails on it)")
         if first is not None:
             steps.append(f"to debug it outside the sandbox (whole traceback, prints, pdb): "
                          f"python -m grader.check --repro '{first.name}', then run the script "
@@ -786,7 +789,8 @@ def render(report: CheckReport) -> str:
         if case.name in report.reproduce:
             lines.append(f"    reproduce: {report.reproduce[case.name]}")
     if len(failed) > _SHOW_FAILED:
-        lines.append(f"... and {len(failed) - _SHOW_FAILED} more failed items (see --json)")
+        lines.append(f"... and {len(failed) - _SHOW_FAILED} more failed items (a --json FILE "
+                     "report has every one)")
     if report.estimate is not None:
         lines.extend(_render_estimate(report.estimate, report.timing))
     elif report.timing is not None:
@@ -798,7 +802,8 @@ def render(report: CheckReport) -> str:
     for reason in report.reasons[:shown]:
         lines.append(f"  - {reason}")
     if len(report.reasons) > shown:
-        lines.append(f"  ... and {len(report.reasons) - shown} more (see --json)")
+        lines.append(f"  ... and {len(report.reasons) - shown} more (a --json FILE report has "
+                     "every one)")
     for item_ in report.not_checked:
         lines.append(f"not checked: {item_}")
     for step in report.next_steps:
@@ -832,7 +837,7 @@ def _closest(cases: Sequence[CaseResult], top: int = 3) -> list[str]:
         return []
     return ["closest to the budget: " + ", ".join(
         f"{name} {check} {util:.3f}" for util, name, check in worst[:top])
-        + " (every check's utilisation is in --json)"]  # fmt: skip
+        + " (a --json FILE report has every check's)"]  # fmt: skip
 
 
 def _render_estimate(est: ScoreEstimate, timing: TimingReport | None) -> list[str]:

@@ -247,6 +247,16 @@ def test_repro_writes_a_script_that_runs_the_item_and_checks_it(tmp_path: Path) 
     names = [line.split(":")[0] for line in run.stdout.splitlines()]
     assert names == ["ok   forward", "ok   grad_x", "ok   grad_conv", "ok   grad_fc1",
                      "ok   grad_fc2"], run.stdout  # fmt: skip
+    # A wrong kernel: a script for a case with a nonzero conv gradient says FAIL and exits 1,
+    # so a shell loop can tell.
+    text = (ws / "solution.py").read_text()
+    (ws / "solution.py").write_text(text.replace("return dx, dw, None, None",
+                                                 "return dx, dw * 1.01, None, None"))
+    script = check.write_repro(CONFIG, "c5-l9-d4#1301", ws)
+    run = subprocess.run([sys.executable, str(script.relative_to(ws))], cwd=ws, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    assert "FAIL grad_conv" in run.stdout
     # Identity and drift items, and a case name alone (its first seed).
     assert check.find_item(CONFIG, "c1-l1#1101/identity").kind == "identity"
     assert check.find_item(CONFIG, "drift-c9-l20-d3").kind == "drift"
@@ -309,7 +319,7 @@ def test_a_pass_names_the_checks_closest_to_their_budget() -> None:
                   for i, u in enumerate((0.1, 0.32, 0.05, 0.2)))  # fmt: skip
     out = check.render(_report(cases=cases))
     assert ("closest to the budget: c1#1 forward 0.320, c3#1 forward 0.200, c0#1 forward 0.100 "
-            "(every check's utilisation is in --json)") in out
+            "(a --json FILE report has every check's)") in out
 
 
 def test_family_hints_for_failed_cases() -> None:
