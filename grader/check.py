@@ -574,9 +574,13 @@ def run_check(
         items = build_items(chosen, drift)
         limits = ChildLimits.from_phase(config.limits.gate)
         if progress is not None:
+            n_cases = len(chosen) + len(drift)
+            # --case picks the cases itself; the mode then only says what a bare run would do.
+            what = "chosen cases" if cases else mode.value
             print(
-                f"gate ({mode.value}): {len(items)} items of {len(chosen) + len(drift)} cases, "
-                f"{'public' if secret is None else 'secret'} seeds, on {shown_device}",
+                f"gate ({what}): {len(items)} item{'s' * (len(items) != 1)} of {n_cases} "
+                f"case{'s' * (n_cases != 1)}, {'public' if secret is None else 'secret'} seeds, "
+                f"on {shown_device}",
                 file=progress,
                 flush=True,
             )

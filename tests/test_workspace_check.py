@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import shutil
 import subprocess
@@ -202,8 +203,10 @@ def test_crash_names_the_lines_in_the_workspace_and_a_next_step(tmp_path: Path) 
     if not NAIVE.is_file():
         pytest.skip(f"{NAIVE} is missing")
     ws, line = _crashing(tmp_path)
-    report = check.run_check(ws, cases=["c1-l1"], progress=None)
+    progress = io.StringIO()
+    report = check.run_check(ws, cases=["c1-l1"], progress=progress)
     assert report.status is Status.CRASHED and report.exit_code == 14
+    assert progress.getvalue().startswith("gate (chosen cases): 3 items of 1 case, public seeds")
     out = check.render(report)
     # The kernel's line (the InterpreterError's cause) is the deepest frame, under the case.
     assert f"      at solution.py:{line} in _stats: offs = start.to(tl.int64)" in out
