@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from grader.orders import cycle_length
+from grader.orders import williams_orders
 from task.inputs import DTYPES, FAMILIES
 
 SCHEMA_VERSION = 1
@@ -189,7 +189,7 @@ class Profile:
         if self.warmup < 0:
             _invalid("warmup", f"must be ≥ 0, got {self.warmup!r}")
         _positive("rounds", self.rounds)
-        cycle = cycle_length(len(TIMED_BLOCKS))
+        cycle = len(williams_orders(TIMED_BLOCKS))
         if self.rounds % cycle:
             _invalid("rounds", f"must be a multiple of {cycle} (one balanced cycle of the "
                      f"{len(TIMED_BLOCKS)} blocks' run orders, grader/orders.py), "

@@ -48,14 +48,3 @@ def williams_orders(names: Sequence[str]) -> list[list[str]]:
     if n % 2 and n > 1:
         rows += [row[::-1] for row in rows]
     return [[names[k] for k in row] for row in rows]
-
-
-def cycle_length(n: int) -> int:
-    """Orders in one balanced cycle of ``n`` names: n if n is even, else 2n (1 for n ≤ 1)."""
-    return 1 if n <= 1 else (n if n % 2 == 0 else 2 * n)
-
-
-def round_order(names: Sequence[str], round_index: int) -> list[str]:
-    """The run order of round ``round_index``: the design's rows in turn."""
-    orders = williams_orders(names)
-    return orders[round_index % len(orders)]
