@@ -34,8 +34,6 @@ CHILD_SCRIPT = Path(__file__).resolve().parent / "child_gate.py"
 FORBIDDEN_DIRS = (REPO_ROOT / "grader", REPO_ROOT / "reference")
 PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
 GRAD_KEYS = ("grad_x", "grad_conv", "grad_fc1", "grad_fc2")
-_REF_KEYS = {"grad_x": "grad_x", "grad_conv": "grad_conv", "grad_fc1": "grad_fc1",
-             "grad_fc2": "grad_fc2"}  # fmt: skip
 # A gradient whose reference is (near) zero has no relative scale; below this RMS per element the
 # norm of the reference is replaced by it, so exact-zero truths still allow rounding noise.
 _GRAD_NORM_FLOOR = 1e-6
@@ -212,6 +210,18 @@ def grad_utilisation(got: torch.Tensor | None, ref: torch.Tensor, budget: Budget
     return float(rel_l2_check("grad", got.detach(), ref, budget.grad_rel).utilisation)
 
 
+def step_utilisation(block: torch.nn.Module, x: torch.Tensor, out: torch.Tensor, ref: Any,
+                     budget: Budget) -> dict[str, float]:
+    """Utilisation of one training step's output and four gradients against the oracle's
+    `task.oracle.oracle_step` result ``ref``: ``forward`` then `GRAD_KEYS` (x's and the
+    weights' ``.grad``; inf where one is missing)."""
+    grads = {"grad_x": x.grad}
+    grads.update({key: getattr(block, key.removeprefix("grad_")).weight.grad
+                  for key in GRAD_KEYS[1:]})
+    return {"forward": forward_utilisation(out, ref.out, budget),
+            **{key: grad_utilisation(got, getattr(ref, key), budget) for key, got in grads.items()}}
+
+
 def exact_check(name: str, got: torch.Tensor, expected: torch.Tensor) -> CheckResult:
     """Bit-for-bit equality (same dtype and shape, equal values; -0.0 equals 0.0)."""
     if got.dtype != expected.dtype or got.shape != expected.shape:
@@ -347,7 +357,7 @@ def evaluate_item(
     for key in GRAD_KEYS:
         if key in data:
             got = data[key]
-            want = getattr(ref, _REF_KEYS[key]).cpu()
+            want = getattr(ref, key).cpu()
             if got.shape != want.shape:
                 checks.append(CheckResult(key, False, detail=(
                     f"shape {tuple(got.shape)}, expected {tuple(want.shape)}")))  # fmt: skip

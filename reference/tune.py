@@ -63,7 +63,7 @@ from typing import Any
 import torch
 
 from grader.config import Budget, Case, ScoringConfig, load_config
-from grader.gate import forward_utilisation, grad_utilisation
+from grader.gate import step_utilisation
 from grader.orders import williams_orders
 from grader.stats import ratio_estimate
 from reference.plans import (
@@ -891,13 +891,7 @@ class Gate:
         budget = self.budgets[s.dtype]
         if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype:
             return {"forward": math.inf}
-        return {
-            "forward": forward_utilisation(out, ref.out, budget),
-            "grad_x": grad_utilisation(x.grad, ref.grad_x, budget),
-            "grad_conv": grad_utilisation(block.conv.weight.grad, ref.grad_conv, budget),
-            "grad_fc1": grad_utilisation(block.fc1.weight.grad, ref.grad_fc1, budget),
-            "grad_fc2": grad_utilisation(block.fc2.weight.grad, ref.grad_fc2, budget),
-        }
+        return step_utilisation(block, x, out, ref, budget)
 
 
 # ----------------------------------------------------------------------------------------------

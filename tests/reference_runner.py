@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from grader.config import load_config  # noqa: E402
-from grader.gate import forward_utilisation, grad_utilisation  # noqa: E402
+from grader.gate import forward_utilisation, grad_utilisation, step_utilisation  # noqa: E402
 from task.inputs import DTYPES, derive_seed, make_inputs  # noqa: E402
 from task.oracle import conv_fp64, oracle_step  # noqa: E402
 
@@ -121,13 +121,7 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     ref = oracle_step(inp.x, inp.conv_weight, inp.fc1_weight, inp.fc2_weight, inp.grad_out,
                       dilation=dilation, eps=case.eps, residual_scale=case.residual_scale)
     budget = cfg.budget(dtype)
-    return {
-        "forward": forward_utilisation(out, ref.out, budget),
-        "grad_x": grad_utilisation(x.grad, ref.grad_x, budget),
-        "grad_conv": grad_utilisation(block.conv.weight.grad, ref.grad_conv, budget),
-        "grad_fc1": grad_utilisation(block.fc1.weight.grad, ref.grad_fc1, budget),
-        "grad_fc2": grad_utilisation(block.fc2.weight.grad, ref.grad_fc2, budget),
-    }
+    return step_utilisation(block, x, out, ref, budget)
 
 
 def identity_check(spec: dict[str, Any]) -> dict[str, float]:
