@@ -362,14 +362,13 @@ def select_cases(
 
 def gate_verdict(result: Any) -> tuple[Status, tuple[str, ...]]:
     """Status and reasons of a `grader.gate.GateResult`, decided by the grader's own rule
-    (`grader.grade`); a pass is ``checked_untimed`` until timing has run. A reason the rule
-    gives twice (a crashed case is also a failed one) is shown once."""
-    from grader.grade import _gate_status
+    (`grader.grade`); a pass is ``checked_untimed`` until timing has run."""
+    from grader.grade import gate_status
 
-    status, reasons = _gate_status(result)
+    status, reasons = gate_status(result)
     if status is Status.SCORED:
         return Status.CHECKED_UNTIMED, ()
-    return status, tuple(dict.fromkeys(reasons))
+    return status, tuple(reasons)
 
 
 def _reproduce(item: Any) -> str:

@@ -115,7 +115,13 @@ def _pick_gpu(options: GradeOptions) -> int | None:
 
 
 def gate_status(gate: GateResult) -> tuple[Status, list[str]]:
-    """Status and reasons from the gate: rules, then the child's end, then case failures."""
+    """Status and reasons from the gate: rules, then the child's end, then case failures; each
+    reason once (a crashed item is also a failed one, and is listed with the crash)."""
+    status, reasons = _gate_verdict(gate)
+    return status, list(dict.fromkeys(reasons))
+
+
+def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
     child = gate.child
     findings = list(gate.findings)
     failed = [c for c in gate.cases if not c.passed]
@@ -141,9 +147,7 @@ def gate_status(gate: GateResult) -> tuple[Status, list[str]]:
     if child.outcome is Outcome.SIGNALED or crashed:
         signaled = child.outcome is Outcome.SIGNALED
         why = [f"the gate child was {child.detail}{at}"] if signaled else []
-        # Crashed items first, then the other failures, each once.
-        rest = [f"{c.name}: {c.reason}" for c in failed if c not in crashed]
-        return Status.CRASHED, [*why, *[f"{c.name}: {c.reason}" for c in crashed], *rest]
+        return Status.CRASHED, [*why, *[f"{c.name}: {c.reason}" for c in crashed], *failed_reasons]
     if child.outcome is Outcome.EXITED and child.exit_code not in (
         ChildExit.RULE_VIOLATION, ChildExit.OK
     ):
@@ -159,9 +163,6 @@ def gate_status(gate: GateResult) -> tuple[Status, list[str]]:
         return Status.GATE_FAILED, failed_reasons
     return Status.SCORED, []
 
-
-# The name grader/check.py imported first; kept so it keeps working.
-_gate_status = gate_status
 
 
 def _ended(child) -> str:  # type: ignore[no-untyped-def]
