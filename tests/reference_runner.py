@@ -94,7 +94,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     """The reference block against the fp64 oracle on a scoring.yaml case.
 
     Spec keys: case (name), seed (public), optional dtype, batch, length, dilation (override
-    the case's), optional plan, device (default "cpu").
+    the case's), optional plan, device (default "cpu"), optional plain (also report the frozen
+    PyTorch block's utilisation on the same inputs, under ``plain_<check>`` keys).
     """
     import reference.conv_norm as cn
     from reference.block import DilatedResidualBlock
@@ -121,7 +122,19 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     ref = oracle_step(inp.x, inp.conv_weight, inp.fc1_weight, inp.fc2_weight, inp.grad_out,
                       dilation=dilation, eps=case.eps, residual_scale=case.residual_scale)
     budget = cfg.budget(dtype)
-    return step_utilisation(block, x, out, ref, budget)
+    result = step_utilisation(block, x, out, ref, budget)
+    if spec.get("plain"):
+        from task.model import DilatedResidualBlock as PlainBlock
+
+        plain = PlainBlock(case.channels, dilation, case.expansion, case.eps,
+                           case.residual_scale).to(device=device, dtype=DTYPES[dtype])
+        plain.load_state_dict(inp.state_dict())
+        xp = inp.x.clone().requires_grad_()
+        outp = plain(xp)
+        outp.backward(inp.grad_out)
+        result.update({f"plain_{key}": util
+                       for key, util in step_utilisation(plain, xp, outp, ref, budget).items()})
+    return result
 
 
 def identity_check(spec: dict[str, Any]) -> dict[str, float]:

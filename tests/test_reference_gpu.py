@@ -87,11 +87,24 @@ def test_kernel_plans(plan: dict[str, int], dtype: str) -> None:
 
 @pytest.mark.parametrize("shape", CFG.timing.profiles["h200"].shapes, ids=lambda s: s.label)
 def test_production_shapes_fresh_inputs(shape: Any) -> None:
-    """The h200 profile's shapes, fresh random inputs, the runtime plan (table or heuristic)."""
+    """The h200 profile's shapes, fresh random inputs, the runtime plan (table or heuristic).
+
+    These steps have up to 268M outputs, 100x more than any scoring.yaml case the budgets were
+    calibrated on, so the forward check's elementwise maximum reaches further into the rounding
+    tail: in bf16 the frozen block itself can pass half the budget there (a reference run at
+    256x8192 used 0.54 of it, 2026-11-30). So each check must stay within half the budget or
+    within 1.25x what the frozen PyTorch block uses on the same inputs, and within the budget.
+    """
     spec = {"kind": "block", "case": "c128-l4096-d16-b16", "seed": _fresh_seed(),
             "dtype": shape.dtype, "batch": shape.batch, "length": shape.length,
-            "dilation": shape.dilation, "device": "cuda"}
-    assert_within(spec, block_check(spec))
+            "dilation": shape.dilation, "device": "cuda", "plain": True}
+    result = block_check(spec)
+    plain = {key.removeprefix("plain_"): util for key, util in result.items()
+             if key.startswith("plain_")}
+    ours = {key: util for key, util in result.items() if not key.startswith("plain_")}
+    bad = {key: (util, plain[key]) for key, util in ours.items()
+           if not (util <= 1.0 and util <= max(MAX_UTILISATION, 1.25 * plain[key]))}
+    assert not bad, f"{spec}: (reference, plain) utilisation over the limit: {bad} (all: {result})"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
