@@ -13,8 +13,10 @@
 #   bash bench/gpu_session.sh timing-l4     # ~2.5 min: one l4-profile grade's wall time on this GPU
 #   bash bench/gpu_session.sh tune          # ~6 min: bench/device_h200.sh (tuner + benchmark,
 #                                           #   torch.compile on the h200 and l4 shapes)
+#   bash bench/gpu_session.sh variance      # ~4 min (estimate): why the kernels' speed changes
+#                                           #   between processes (reference/NOTES.md, session 3)
 #
-# All six take ~33 device-minutes with starts; a 30-minute session runs the ones its change needs.
+# The first six take ~33 device-minutes with starts; a 30-minute session runs the ones its change needs.
 #
 # Each phase writes its logs and results under $OUT, then packs them into $OUT/<phase>.tgz (at
 # most 8 files come back from the device), keeping summary.txt beside it, and prints the summary. What to commit afterwards: the
@@ -24,7 +26,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|timing-l4|tune}
+phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|timing-l4|tune|variance}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -82,8 +84,23 @@ timing-l4)
 tune)
     TOTAL=360 bash bench/device_h200.sh
     ;;
+variance)
+    versions > "$OUT/summary.txt" 2>&1
+    # Fresh processes: is a plan without the per-example barrier (one program per example) steady
+    # where the runtime plan is bimodal?
+    timeout 330 python3 bench/process_variance.py --shapes float32:64x8192:d1,bfloat16:256x8192:d1 \
+        --processes 6 --plan 'group1={"fwd_group": 1, "bwd_group": 1}' --out "$OUT" \
+        > "$OUT/process-variance.log" 2>&1
+    echo "process variance: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    # One process each: does moving the workspace across 2 MiB segments change the speed?
+    for i in 1 2 3; do
+        timeout 60 python3 bench/workspace_placement.py --shape float32:64x8192:d1 --variants 12 \
+            --pad-bytes 1048064 --tag "h200-seg$i" --out "$OUT" | tail -n 1 | tee -a "$OUT/summary.txt"
+    done
+    grep -A 30 "^## " "$OUT/process-variance-h200.md"
+    ;;
 *)
-    echo "unknown phase $phase: reference, correctness, agent, timing, timing-l4 or tune" >&2
+    echo "unknown phase $phase: reference, correctness, agent, timing, timing-l4, tune or variance" >&2
     exit 2
     ;;
 esac

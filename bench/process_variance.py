@@ -13,7 +13,9 @@ interleaved in balanced orders with the L2 flushed before every sample:
 - ``ref_heuristic``: the reference block under the heuristic plan, when that plan differs;
 - ``kernels`` / ``kernels_heuristic``: conv+norm forward then backward alone under each plan;
 - ``fwd@B`` / ``bwd@B``: device time alone of the forward and the backward under the runtime
-  plan, with the input at byte offset B inside one buffer.
+  plan, with the input at byte offset B inside one buffer;
+- ``kernels_NAME``, ``fwd_NAME``, ``bwd_NAME``: the same for each ``--plan NAME=JSON``, the
+  runtime plan with those fields replaced.
 
 It reports each component's median per process, the spread of those medians across processes
 (largest |v − median| / median), and the same for the ratio plain/ref, beside the ratio's
@@ -89,6 +91,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     chosen = plan_for(device, dtype, batch, length, channels, dilation)
     heuristic = heuristic_plan(device_info(device), dtype, batch, length, channels, dilation)
     plans = {"": chosen} | ({"_heuristic": heuristic} if heuristic != chosen else {})
+    # Extra plans: the runtime plan with some fields replaced (e.g. one program per example,
+    # which needs no barrier), timed as kernels alone.
+    extra = {f"_{name}": dataclasses.replace(chosen, **fields)
+             for name, fields in spec.get("extra_plans", {}).items()}
 
     def build(cls: type, plan: Any = None) -> torch.nn.Module:
         block = cls(channels, dilation, cfg.expansion, cfg.eps, cfg.residual_scale)
@@ -119,6 +125,11 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             _, mean, rstd = conv_norm_forward(x, w, dilation, cfg.eps, p)
             conv_norm_backward(grad, x, w, mean, rstd, dilation, p)
         fns[f"kernels{tag}"] = kernels
+    for tag, plan in extra.items():
+        def kernels_extra(p: Any = plan) -> None:
+            _, mean, rstd = conv_norm_forward(x, w, dilation, cfg.eps, p)
+            conv_norm_backward(grad, x, w, mean, rstd, dilation, p)
+        fns[f"kernels{tag}"] = kernels_extra
     flush = make_l2_flush(device)
     wall_clock = device.type != "cuda"
     samples = time_interleaved(fns, spec["rounds"], spec["warmup"], flush, prepare=prepare,
@@ -137,13 +148,19 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                                                                        chosen))
         device_fns[f"bwd@{offset}"] = (lambda xo=xo, m=mean, r=rstd: conv_norm_backward(
             grad, xo, w, m, r, dilation, chosen))
+    for tag, plan in extra.items():
+        _, mean, rstd = conv_norm_forward(x, w, dilation, cfg.eps, plan)
+        device_fns[f"fwd{tag}"] = lambda p=plan: conv_norm_forward(x, w, dilation, cfg.eps, p)
+        device_fns[f"bwd{tag}"] = (lambda p=plan, m=mean, r=rstd: conv_norm_backward(
+            grad, x, w, m, r, dilation, p))
     samples |= time_interleaved(device_fns, spec["rounds"], spec["warmup"], flush,
                                 wall_clock=wall_clock, hide_launch=not wall_clock)
     ratio = ratio_estimate(samples["plain"], samples["ref"])
     return {"medians": {name: quantiles(v)["median"] for name, v in samples.items()},
             "plain_over_ref": {"value": ratio.value, "ci_low": ratio.ci.low,
                                "ci_high": ratio.ci.high},
-            "plans": {f"ref{tag}": dataclasses.asdict(plan) for tag, plan in plans.items()}}
+            "plans": {f"ref{tag}": dataclasses.asdict(plan)
+                      for tag, plan in (plans | extra).items()}}
 
 
 def spread(values: list[float]) -> float:
@@ -152,11 +169,12 @@ def spread(values: list[float]) -> float:
     return relative_spread(values)
 
 
-def run_shape(label: str, processes: int, rounds: int, warmup: int, timeout_s: float
-              ) -> dict[str, Any]:
+def run_shape(label: str, processes: int, rounds: int, warmup: int, timeout_s: float,
+              extra_plans: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """``processes`` fresh children, one after another, on one shape."""
     spec = parse_label(label) | {"rounds": rounds, "warmup": warmup,
-                                 "offsets_bytes": list(OFFSETS_BYTES)}
+                                 "offsets_bytes": list(OFFSETS_BYTES),
+                                 "extra_plans": extra_plans or {}}
     runs: list[dict[str, Any]] = []
     for i in range(processes):
         t0 = time.perf_counter()
@@ -209,9 +227,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per process")
+    parser.add_argument("--plan", action="append", default=[], metavar="NAME=JSON",
+                        help="also time the runtime plan with these fields replaced, e.g. "
+                             "'group1={\"fwd_group\": 1, \"bwd_group\": 1}' (repeatable)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--tag", default="h200")
     args = parser.parse_args(argv)
+    extra_plans = {}
+    for item in args.plan:
+        name, sep, fields = item.partition("=")
+        try:
+            extra_plans[name] = json.loads(fields)
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"--plan {item!r}: want NAME=JSON object ({exc})") from exc
+        if not sep or not name or not isinstance(extra_plans[name], dict):
+            raise SystemExit(f"--plan {item!r}: want NAME=JSON object, e.g. group1={{...}}")
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return 0
@@ -226,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python bench/process_variance.py " + " ".join(sys.argv[1:]),
             "method": f"{args.processes} fresh processes per shape, each {args.rounds} rounds "
                       f"after {args.warmup} warm-up, balanced orders, L2 flush, CUDA events"}
-    shapes = [run_shape(label, args.processes, args.rounds, args.warmup, args.timeout_s)
-              for label in args.shapes.split(",")]
+    shapes = [run_shape(label, args.processes, args.rounds, args.warmup, args.timeout_s,
+                        extra_plans) for label in args.shapes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"process-variance-{args.tag}"
     stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "shapes": shapes}, indent=2))

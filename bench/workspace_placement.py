@@ -6,6 +6,8 @@ bench/process_variance.py found the forward's device time at 0.25 ms in some fre
 0.34-0.40 ms in others (fp32 64x8192, both d1 and d512), while moving the input inside one
 process changed nothing. The workspace is the other buffer whose address is fixed within a
 process and differs between processes; its counters are spun on by every program of a group.
+By default the workspace moves in steps of its own size inside one 2 MiB segment of the caching
+allocator (the same physical pages); ``--pad-bytes 1048064`` moves it across segments.
 
     python bench/workspace_placement.py --shape float32:64x8192:d1 --variants 12 --out OUT
 """
@@ -27,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", default="float32:64x8192:d1")
     parser.add_argument("--variants", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--pad-bytes", type=int, default=0,
+                        help="pad with one block of this size per variant instead of blocks of "
+                             "the workspaces' sizes; 1048064 (the caching allocator's largest "
+                             "small block) moves the workspace to a new 2 MiB segment every "
+                             "other variant")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--tag", default="h200")
     args = parser.parse_args(argv)
@@ -85,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                      "fwd_ms": quantiles(samples["fwd"])["median"],
                      "bwd_ms": quantiles(samples["bwd"])["median"]})
         print(rows[-1], flush=True)
-        # Hold blocks of both workspace sizes, so the next variant's workspaces land elsewhere.
-        for size in sorted(set(sizes)):
+        # Hold blocks of both workspace sizes (or one --pad-bytes block), so the next variant's
+        # workspaces land elsewhere.
+        for size in [args.pad_bytes // 4] if args.pad_bytes else sorted(set(sizes)):
             pads.append(torch.zeros(size, dtype=torch.int32, device=device))
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
