@@ -63,7 +63,7 @@ def parse_label(label: str) -> dict[str, Any]:
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
-    """One process: time the components of one shape; medians and per-round samples."""
+    """One process: time the components of one shape; each one's median, and plain/ref."""
     import torch
 
     from grader.config import load_config
@@ -120,16 +120,11 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     fns = {name: step(name) for name in blocks}
     prepare = {name: clear(name) for name in blocks}
     w = blocks["plain"].conv.weight.detach()
-    for tag, plan in plans.items():
+    for tag, plan in (plans | extra).items():
         def kernels(p: Any = plan) -> None:
             _, mean, rstd = conv_norm_forward(x, w, dilation, cfg.eps, p)
             conv_norm_backward(grad, x, w, mean, rstd, dilation, p)
         fns[f"kernels{tag}"] = kernels
-    for tag, plan in extra.items():
-        def kernels_extra(p: Any = plan) -> None:
-            _, mean, rstd = conv_norm_forward(x, w, dilation, cfg.eps, p)
-            conv_norm_backward(grad, x, w, mean, rstd, dilation, p)
-        fns[f"kernels{tag}"] = kernels_extra
     flush = make_l2_flush(device)
     wall_clock = device.type != "cuda"
     samples = time_interleaved(fns, spec["rounds"], spec["warmup"], flush, prepare=prepare,

@@ -1,0 +1,81 @@
+"""CPU tests of `bench/process_variance.py`: labels, one child run through the Triton interpreter,
+the per-shape summary and its markdown."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bench_variance",
+                                               ROOT / "bench" / "process_variance.py")
+variance = importlib.util.module_from_spec(_spec)
+sys.modules["bench_variance"] = variance
+_spec.loader.exec_module(variance)
+
+
+def test_parse_label_round_trips_profile_labels() -> None:
+    assert variance.parse_label("bfloat16:256x8192:d64") == {
+        "dtype": "bfloat16", "batch": 256, "length": 8192, "dilation": 64}
+    for bad in ("float32:64x8192", "float32:64x8192:64", "float32:64:d1"):
+        with pytest.raises(SystemExit, match="bad shape label"):
+            variance.parse_label(bad)
+
+
+def test_child_times_every_component_on_cpu() -> None:
+    """One interpreted child on a tiny shape: plain, ref, kernels, the offset and extra-plan
+    device timings all come back (wall-clock numbers; only their presence is checked)."""
+    spec = {"dtype": "float32", "batch": 2, "length": 16, "dilation": 3, "rounds": 2,
+            "warmup": 1, "device": "cpu", "offsets_bytes": [0, 1024],
+            "extra_plans": {"rows16": {"fwd_block_rows": 16}}}
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "process_variance.py"), "--child",
+                           json.dumps(spec)], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(run["medians"]) >= {"plain", "ref", "kernels", "kernels_rows16", "fwd@0",
+                                   "bwd@0", "fwd@1024", "bwd@1024", "fwd_rows16", "bwd_rows16"}
+    assert all(v > 0 for v in run["medians"].values())
+    assert run["plans"]["ref_rows16"]["fwd_block_rows"] == 16
+    assert run["plain_over_ref"]["ci_low"] <= run["plain_over_ref"]["value"]
+
+
+def test_summary_names_the_component_that_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = iter([
+        {"medians": {"plain": 10.0, "ref": 5.0, "kernels": 0.25}, "plans": {"ref": {}},
+         "plain_over_ref": {"value": 2.0, "ci_low": 1.99, "ci_high": 2.01}},
+        {"medians": {"plain": 10.0, "ref": 5.1, "kernels": 0.35}, "plans": {"ref": {}},
+         "plain_over_ref": {"value": 1.96, "ci_low": 1.95, "ci_high": 1.97}},
+        {"medians": {"plain": 10.1, "ref": 5.0, "kernels": 0.25}, "plans": {"ref": {}},
+         "plain_over_ref": {"value": 2.02, "ci_low": 2.01, "ci_high": 2.03}},
+    ])
+
+    def fake_run(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 0, stdout=json.dumps(next(runs)) + "\n",
+                                           stderr="")
+
+    monkeypatch.setattr(variance.subprocess, "run", fake_run)
+    shape = variance.run_shape("float32:64x8192:d1", 3, 30, 5, 60.0)
+    assert shape["per_process_ms"]["kernels"] == [0.25, 0.35, 0.25]
+    assert shape["spread"]["kernels"] == pytest.approx(0.4)
+    assert shape["spread"]["plain"] == pytest.approx(0.01)
+    assert shape["plain_over_ref_spread"] == pytest.approx(0.02)
+    text = variance.markdown({"gpu": "test"}, [shape])
+    assert "| kernels | 0.250, 0.350, 0.250 | 0.4000 |" in text
+    assert "largest within-process CI width 0.0102" in text
+
+
+def test_child_failure_is_reported_with_its_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(args, 1, stdout="", stderr="CUDA error: boom")
+
+    monkeypatch.setattr(variance.subprocess, "run", failing)
+    with pytest.raises(SystemExit, match="process 0 exited 1:\nCUDA error: boom"):
+        variance.run_shape("float32:64x8192:d1", 2, 30, 5, 60.0)
