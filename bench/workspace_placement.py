@@ -86,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                "bwd": lambda: cn.conv_norm_backward(grad, x, w, mean, rstd, spec["dilation"],
                                                     plan)}
         samples = time_interleaved(fns, args.rounds, 2, flush, hide_launch=True)
-        fwd_addr = sorted(set(addresses))
+        landed = sorted(set(addresses))  # the forward's and the backward's workspaces
         rows.append({"variant": variant, "pads": len(pads),
-                     "workspace_addresses": [hex(a) for a in fwd_addr][:4],
+                     "workspace_addresses": [hex(a) for a in landed][:4],
                      "fwd_ms": quantiles(samples["fwd"])["median"],
                      "bwd_ms": quantiles(samples["bwd"])["median"]})
         print(rows[-1], flush=True)
