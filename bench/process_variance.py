@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # First, always: run as a script, this file's folder is sys.path[0].
 sys.path.insert(0, str(ROOT))
 
+from grader.stats import relative_spread  # noqa: E402
 
 # Byte offsets of the input inside one buffer for the device-time kernels (all 256-byte aligned,
 # so every one gets the same compiled kernel): 0, 1 KiB, 64 KiB, 1 MiB, 2 MiB + 256 B.
@@ -66,6 +67,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One process: time the components of one shape; each one's median, and plain/ref."""
     import torch
 
+    from bench.reference import _clear, _step
     from grader.config import load_config
     from grader.stats import ratio_estimate
     from reference.block import DilatedResidualBlock as ReferenceBlock
@@ -108,17 +110,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     blocks |= {f"ref{tag}": build(ReferenceBlock, plan) for tag, plan in plans.items()}
     leaves = {name: x.clone().requires_grad_(True) for name in blocks}
 
-    def step(name: str) -> Any:
-        return lambda: blocks[name](leaves[name]).backward(grad)
-
-    def clear(name: str) -> Any:
-        def run() -> None:
-            blocks[name].zero_grad(set_to_none=True)
-            leaves[name].grad = None
-        return run
-
-    fns = {name: step(name) for name in blocks}
-    prepare = {name: clear(name) for name in blocks}
+    fns = {name: _step(block, leaves[name], grad) for name, block in blocks.items()}
+    prepare = {name: _clear(block, leaves[name]) for name, block in blocks.items()}
     w = blocks["plain"].conv.weight.detach()
     for tag, plan in (plans | extra).items():
         def kernels(p: Any = plan) -> None:
@@ -158,12 +151,6 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                       for tag, plan in (plans | extra).items()}}
 
 
-def spread(values: list[float]) -> float:
-    from grader.stats import relative_spread
-
-    return relative_spread(values)
-
-
 def run_shape(label: str, processes: int, rounds: int, warmup: int, timeout_s: float,
               extra_plans: dict[str, dict[str, int]] | None = None) -> dict[str, Any]:
     """``processes`` fresh children, one after another, on one shape."""
@@ -190,8 +177,8 @@ def run_shape(label: str, processes: int, rounds: int, warmup: int, timeout_s: f
     widths = [(r["plain_over_ref"]["ci_high"] - r["plain_over_ref"]["ci_low"])
               / r["plain_over_ref"]["value"] for r in runs]
     return {"label": label, "runs": runs, "per_process_ms": per,
-            "spread": {name: spread(v) for name, v in per.items()},
-            "plain_over_ref": ratios, "plain_over_ref_spread": spread(ratios),
+            "spread": {name: relative_spread(v) for name, v in per.items()},
+            "plain_over_ref": ratios, "plain_over_ref_spread": relative_spread(ratios),
             "plain_over_ref_ci_width_max": max(widths), "plans": runs[0]["plans"]}
 
 

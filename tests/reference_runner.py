@@ -112,28 +112,27 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
         seed=derive_seed(spec["seed"]), device=device,
     )
     dilation = spec.get("dilation", case.dilation)
-    block = DilatedResidualBlock(case.channels, dilation, case.expansion, case.eps,
-                                 case.residual_scale).to(device=device, dtype=DTYPES[dtype])
-    block.load_state_dict(inp.state_dict())
-    block.plan = _plan(spec)
-    x = inp.x.clone().requires_grad_()
-    out = block(x)
-    out.backward(inp.grad_out)
     ref = oracle_step(inp.x, inp.conv_weight, inp.fc1_weight, inp.fc2_weight, inp.grad_out,
                       dilation=dilation, eps=case.eps, residual_scale=case.residual_scale)
     budget = cfg.budget(dtype)
-    result = step_utilisation(block, x, out, ref, budget)
+
+    def step_util(cls: type, plan: Any = None) -> dict[str, float]:
+        """One training step of a block of this class on the case's inputs, against the oracle."""
+        block = cls(case.channels, dilation, case.expansion, case.eps,
+                    case.residual_scale).to(device=device, dtype=DTYPES[dtype])
+        block.load_state_dict(inp.state_dict())
+        if plan is not None:
+            block.plan = plan
+        x = inp.x.clone().requires_grad_()
+        out = block(x)
+        out.backward(inp.grad_out)
+        return step_utilisation(block, x, out, ref, budget)
+
+    result = step_util(DilatedResidualBlock, _plan(spec))
     if spec.get("plain"):
         from task.model import DilatedResidualBlock as PlainBlock
 
-        plain = PlainBlock(case.channels, dilation, case.expansion, case.eps,
-                           case.residual_scale).to(device=device, dtype=DTYPES[dtype])
-        plain.load_state_dict(inp.state_dict())
-        xp = inp.x.clone().requires_grad_()
-        outp = plain(xp)
-        outp.backward(inp.grad_out)
-        result.update({f"plain_{key}": util
-                       for key, util in step_utilisation(plain, xp, outp, ref, budget).items()})
+        result.update({f"plain_{key}": util for key, util in step_util(PlainBlock).items()})
     return result
 
 
