@@ -13,8 +13,8 @@
 #   bash bench/gpu_session.sh timing-l4     # ~2.5 min: one l4-profile grade's wall time on this GPU
 #   bash bench/gpu_session.sh tune          # ~6 min: bench/device_h200.sh (tuner + benchmark,
 #                                           #   torch.compile on the h200 and l4 shapes)
-#   bash bench/gpu_session.sh variance      # ~4 min (estimate): why the kernels' speed changes
-#                                           #   between processes (reference/NOTES.md, session 3)
+#   bash bench/gpu_session.sh variance      # ~3 min: why the kernels' speed changes between grades
+#                                           #   (bench/results/kernel-drift-h200-2026-11-30/)
 #
 # The first six take ~33 device-minutes with starts; a 30-minute session runs the ones its change needs.
 #
@@ -88,7 +88,7 @@ tune)
 variance)
     versions > "$OUT/summary.txt" 2>&1
     # Fresh processes: is a plan without the per-example barrier (one program per example) steady
-    # where the runtime plan is bimodal?
+    # where the runtime plan is not? (2026-11-30: no, both move alike.)
     timeout 330 python3 bench/process_variance.py --shapes float32:64x8192:d1,bfloat16:256x8192:d1 \
         --processes 6 --plan 'group1={"fwd_group": 1, "bwd_group": 1}' --out "$OUT" \
         > "$OUT/process-variance.log" 2>&1
@@ -97,6 +97,14 @@ variance)
     for i in 1 2 3; do
         timeout 60 python3 bench/workspace_placement.py --shape float32:64x8192:d1 --variants 12 \
             --pad-bytes 1048064 --tag "h200-seg$i" --out "$OUT" | tail -n 1 | tee -a "$OUT/summary.txt"
+    done
+    # One process, several input sets timed interleaved in passes: do all sets move together
+    # (a state of the device in time) or each on its own (placement)? NVML sampled alongside.
+    for spec in "bfloat16:256x8192:d1 6 3" "float32:64x8192:d1 1 40"; do
+        set -- $spec
+        timeout 120 python3 bench/input_sets.py --shape "$1" --sets "$2" --passes "$3" \
+            --rounds 12 --trace-ms 50 --tag "h200-$2x$3" --out "$OUT" | grep -v '^pass ' \
+            | tee -a "$OUT/summary.txt"
     done
     grep -A 30 "^## " "$OUT/process-variance-h200.md"
     ;;

@@ -1,6 +1,6 @@
-"""Does the address of the conv+norm workspace (barrier counters and partials) set the kernels'
-speed? One process, one shape; the workspace is moved by holding same-size pad allocations, so
-the caching allocator hands the launcher a different block each time.
+"""Does the address of the conv+norm workspace (barrier counters and partials), of the input or
+of the outputs set the kernels' speed? One process, one shape; a buffer is moved by holding
+the previous variant's allocation, so the caching allocator hands out a different block each time.
 
 bench/process_variance.py found the forward's device time at 0.25 ms in some fresh processes and
 0.34-0.40 ms in others (fp32 64x8192, both d1 and d512), while moving the input inside one
@@ -9,7 +9,13 @@ process and differs between processes; its counters are spun on by every program
 By default the workspace moves in steps of its own size inside one 2 MiB segment of the caching
 allocator (the same physical pages); ``--pad-bytes 1048064`` moves it across segments.
 
+``--move input`` gives every variant a new input and upstream gradient (each its own cudaMalloc
+segment, as the previous ones stay held), ``--move output`` holds every variant's outputs so the
+next variant's land elsewhere, ``--move all`` does both (session 4: process_variance.py found the
+kernels slower by the same ~0.1 ms in some processes with and without the barrier).
+
     python bench/workspace_placement.py --shape float32:64x8192:d1 --variants 12 --out OUT
+    python bench/workspace_placement.py --shape bfloat16:256x8192:d1 --move all --out OUT
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                              "the workspaces' sizes; 1048064 (the caching allocator's largest "
                              "small block) moves the workspace to a new 2 MiB segment every "
                              "other variant")
+    parser.add_argument("--move", choices=("workspace", "input", "output", "all"),
+                        default="workspace", help="which buffers each variant moves")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--tag", default="h200")
     args = parser.parse_args(argv)
@@ -87,26 +95,34 @@ def main(argv: list[str] | None = None) -> int:
                                                     plan)}
         samples = time_interleaved(fns, args.rounds, 2, flush, hide_launch=True)
         landed = sorted(set(addresses))  # the forward's and the backward's workspaces
-        rows.append({"variant": variant, "pads": len(pads),
+        rows.append({"variant": variant, "pads": len(pads), "move": args.move,
                      "workspace_addresses": [hex(a) for a in landed][:4],
+                     "x_address": hex(x.data_ptr()),
                      "fwd_ms": quantiles(samples["fwd"])["median"],
                      "bwd_ms": quantiles(samples["bwd"])["median"]})
         print(rows[-1], flush=True)
-        # Hold blocks of both workspace sizes (or one --pad-bytes block), so the next variant's
-        # workspaces land elsewhere.
-        for size in [args.pad_bytes // 4] if args.pad_bytes else sorted(set(sizes)):
-            pads.append(torch.zeros(size, dtype=torch.int32, device=device))
+        if args.move == "workspace":
+            # Hold blocks of both workspace sizes (or one --pad-bytes block), so the next
+            # variant's workspaces land elsewhere.
+            for size in [args.pad_bytes // 4] if args.pad_bytes else sorted(set(sizes)):
+                pads.append(torch.zeros(size, dtype=torch.int32, device=device))
+        if args.move in ("output", "all"):
+            pads.extend([*fns["fwd"](), *fns["bwd"]()])
+        if args.move in ("input", "all"):
+            pads.extend([x, grad])
+            x, grad = x.clone(), grad.clone()
     meta = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": triton.__version__, "shape": args.shape, "plan": str(plan),
+            "move": args.move,
             "command": "python bench/workspace_placement.py " + " ".join(sys.argv[1:])}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"workspace-placement-{args.tag}.json"
+    path = args.out / f"{args.move}-placement-{args.tag}.json"
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     fwd = [r["fwd_ms"] for r in rows]
     bwd = [r["bwd_ms"] for r in rows]
     print(f"fwd {min(fwd):.3f}-{max(fwd):.3f} ms, bwd {min(bwd):.3f}-{max(bwd):.3f} ms over "
-          f"{len(rows)} workspace placements; {path}")
+          f"{len(rows)} {args.move} placements; {path}")
     return 0
 
 

@@ -24,8 +24,11 @@ Order of events, and why:
    is when torch lazily imports Dynamo); then thread starts are counted from here on, the guard
    takes its baselines, this harness takes its own (threads, GPU memory, global state), and only
    then is ``solution`` imported (inside the guard's ``load`` phase).
-4. Per shape: the three blocks get identical weights; ``warmup`` untimed rounds, then ``rounds``
-   timed rounds. A round draws new values *in place* into the same input, upstream-gradient and
+4. Per shape, in turn: the three blocks get identical weights and run ``warmup`` untimed rounds.
+   Then the ``rounds`` timed rounds of all shapes, interleaved: shapes take turns, one cycle of
+   6 rounds per visit (`_time_interleaved` says why: the GPU's speed for some kernels drifts
+   from one second to the next, and a shape timed in one stretch draws only a few of its
+   states). A round draws new values *in place* into the same input, upstream-gradient and
    weight tensors (same pointers, new values: a cache keyed on pointers returns stale results and
    fails the check), then runs the three blocks in an order from a Williams design
    (`grader.orders`: over every 6 rounds each block is first twice and follows each other block
@@ -43,7 +46,8 @@ Order of events, and why:
    stream, thread starts, OS threads, child processes. After every round: submission and
    reference compared with plain on the same inputs (forward elementwise, gradients by relative
    L2) against the dtype's budget times `PLAIN_SLACK`, and the guard's state, identity, thread
-   and compiler checks. After every shape: global state and the GPU memory the submission holds.
+   and compiler checks. At the end, per shape: global state and the GPU memory the submission
+   holds (after its warm-up, plus what it added while timed, plus what is left once all is freed).
    The autograd-graph rule (conv and norm inside a custom ``autograd.Function``) is the gate's.
 
 A CPU dry run (``job["device"] == "cpu"``, Triton interpreter, host clock) runs the same path for
@@ -545,7 +549,7 @@ def main() -> int:
     ref_module = job.get("reference_module", "reference.block")
     RefBlock = importlib.import_module(ref_module).DilatedResidualBlock  # noqa: N806
 
-    block_args, shapes, budgets = job["block"], job["shapes"], job["budgets"]
+    block_args, shapes = job["block"], job["shapes"]
     l2 = torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda" else 0
     flush_bytes = max(2 * l2, MIN_FLUSH_BYTES) if device == "cuda" else 1 << 20
     flush_buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device=device)
@@ -608,11 +612,10 @@ def main() -> int:
         return ChildExit.SUBMISSION_ERROR
     channel.send("loaded", seconds=_PERF_COUNTER() - load0)
 
+    ctx = _Ctx(torch=torch, job=job, channel=channel, guard=guard, timers=timers, base=base,
+               census=job.get("census", True))
     try:
-        for index, shape in enumerate(shapes):
-            _time_shape(torch, job, index, shape, channel, guard, timers, base, timer, flush,
-                        make, PlainBlock, RefBlock, SubBlock, budgets[shape["dtype"]],
-                        block_args, device)
+        _time_shapes(ctx, timer, flush, make, PlainBlock, RefBlock, SubBlock, block_args, device)
     except Violation as exc:
         channel.send("failure", kind="rule", rule=exc.rule, reason=str(exc))
         return ChildExit.RULE_VIOLATION
@@ -652,14 +655,80 @@ def _raise_findings(guard: Any) -> None:
         raise Violation(first.rule, f"{first.message} (in {first.phase})")
 
 
-def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, Any],
-                channel: Any, guard: Any, timers: TimerGuard, base: Baseline, timer: Timer,
-                flush: Callable[[], None], make: Callable[[type, dict[str, Any]], Any],
-                plain_cls: type, ref_cls: type, sub_cls: type, budget: dict[str, float],
-                block_args: dict[str, Any], device: str) -> None:
-    """Warm up and time one shape; send its raw samples; raise on any failure."""
+@dataclass
+class _Shape:
+    """One shape from its warm-up to its verdict: all shapes' timed rounds are interleaved, so
+    every shape's blocks and inputs stay alive until the last shape's last timed round."""
+
+    index: int
+    label: str
+    runner: ShapeRunner
+    budget: dict[str, float]
+    activation: int
+    held_bytes: int  # what the submission held across steps after its warm-up
+    samples: dict[str, dict[str, list[float]]]
+    util_rows: list[Any]
+    rounds_done: int = 0
+
+
+@dataclass
+class _Ctx:
+    """What every round needs: the job, the guard, the harness's timers and baseline."""
+
+    torch: Any
+    job: dict[str, Any]
+    channel: Any
+    guard: Any
+    timers: TimerGuard
+    base: Baseline
+    census: bool
+
+
+def _round(ctx: _Ctx, st: _Shape, order: list[str], timed: bool) -> None:
+    """One round of a shape: new values, the three steps in ``order``, the checks."""
+    torch, guard = ctx.torch, ctx.guard
+    st.runner.new_values()
+    results = {}
+    for name in order:
+        if name != "sub":
+            around = guard.trusted()
+        elif not timed and ctx.census:
+            # Warm-up steps of the submission run under the op log and launch census (too slow
+            # for a timed window): the timed path must be the one the rules allow.
+            around = _Phase(guard, f"timing-warmup:{st.label}")
+        else:
+            around = None
+        results[name], step, out = st.runner.step(name, around)
+        del out
+        if name == "sub" and not timed and ctx.census:
+            guard.check_ops(around.record, st.activation)
+            guard.check_launches(around.record)
+            # The autograd-graph rule (conv and norm inside a custom autograd.Function) is the
+            # gate's: on an H200 (torch 2.11) Guard.check_autograd found no path from the
+            # reference's output to x in this harness, a false positive not seen on the CPU.
+        check_light(torch, ctx.timers, ctx.base)
+        if step.window_ms > step.host_ms + EVENT_HOST_SLACK_MS:
+            raise Violation("clock-mismatch", f"{name}: event window {step.window_ms:.3f} ms "
+                            f"exceeds the host's {step.host_ms:.3f} ms for the same window")
+        if timed:
+            for key in ("window_ms", "tail_ms", "host_ms"):
+                st.samples[name][key].append(getattr(step, key))
+    st.util_rows.append(torch.stack([_compare(torch, results[n], results["plain"], st.budget)
+                                     for n in ("ref", "sub")]))
+    del results
+    if timed:
+        guard.check_after(f"timing:{st.label}")
+    _raise_findings(guard)
+
+
+def _prepare_shape(ctx: _Ctx, index: int, shape: dict[str, Any], timer: Timer | HostTimer,
+                   flush: Callable[[], None], make: Callable[[type, dict[str, Any]], Any],
+                   plain_cls: type, ref_cls: type, sub_cls: type, block_args: dict[str, Any],
+                   device: str) -> _Shape:
+    """Build the three blocks of one shape and run its warm-up rounds."""
+    torch, guard, job = ctx.torch, ctx.guard, ctx.job
     label = _label(shape)
-    channel.send("shape_start", index=index, label=label)
+    ctx.channel.send("shape_start", index=index, label=label)
     blocks = {"plain": make(plain_cls, shape), "ref": make(ref_cls, shape)}
     if device == "cuda":
         torch.cuda.synchronize()
@@ -673,93 +742,119 @@ def _time_shape(torch: Any, job: dict[str, Any], index: int, shape: dict[str, An
     guard.check_module(blocks["sub"])
     blocks["ref"].load_state_dict(blocks["plain"].state_dict(), strict=True)
     sub_param_bytes = sum(p.numel() * p.element_size() for p in blocks["sub"].parameters())
-    check_light(torch, timers, base)
+    check_light(torch, ctx.timers, ctx.base)
     _raise_findings(guard)
 
     runner = ShapeRunner(torch, blocks, shape, block_args, job["seed"] + 7919 * (index + 1),
                          timer, flush, device)
-    activation = shape["batch"] * shape["length"] * block_args["channels"]
-    samples = {n: {"window_ms": [], "tail_ms": [], "host_ms": []} for n in BLOCK_NAMES}
-    util_rows: list[Any] = []
-    census = job.get("census", True)
+    st = _Shape(index=index, label=label, runner=runner, budget=job["budgets"][shape["dtype"]],
+                activation=shape["batch"] * shape["length"] * block_args["channels"],
+                held_bytes=0, samples={n: {"window_ms": [], "tail_ms": [], "host_ms": []}
+                                       for n in BLOCK_NAMES}, util_rows=[])
     orders = job["orders"]
-    for rnd in range(job["warmup"] + job["rounds"]):
-        timed = rnd >= job["warmup"]
-        runner.new_values()
-        results = {}
-        # Timed rounds start a fresh cycle, so whole cycles are exactly balanced.
-        for name in orders[(rnd - job["warmup"]) % len(orders)]:
-            if name != "sub":
-                around = guard.trusted()
-            elif not timed and census:
-                # Warm-up steps of the submission run under the op log and launch census (too
-                # slow for a timed window): the timed path must be the one the rules allow.
-                around = _Phase(guard, f"timing-warmup:{label}")
-            else:
-                around = None
-            results[name], step, out = runner.step(name, around)
-            del out
-            if name == "sub" and not timed and census:
-                guard.check_ops(around.record, activation)
-                guard.check_launches(around.record)
-                # The autograd-graph rule (conv and norm inside a custom autograd.Function) is the
-                # gate's: on an H200 (torch 2.11) Guard.check_autograd found no path from the
-                # reference's output to x in this harness, a false positive not seen on the CPU.
-            check_light(torch, timers, base)
-            if step.window_ms > step.host_ms + EVENT_HOST_SLACK_MS:
-                raise Violation("clock-mismatch", f"{name}: event window {step.window_ms:.3f} ms "
-                                f"exceeds the host's {step.host_ms:.3f} ms for the same window")
-            if timed:
-                for key in ("window_ms", "tail_ms", "host_ms"):
-                    samples[name][key].append(getattr(step, key))
-        util_rows.append(torch.stack([_compare(torch, results[n], results["plain"], budget)
-                                      for n in ("ref", "sub")]))
-        del results
-        if timed:
-            guard.check_after(f"timing:{label}")
-        _raise_findings(guard)
+    for rnd in range(job["warmup"]):
+        _round(ctx, st, orders[rnd % len(orders)], timed=False)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    # Memory the submission holds across steps: allocated now beyond what was there before it
+    # was constructed, less its parameters and the harness's inputs and snapshots.
+    st.held_bytes = (_allocated(torch) - before_sub - sub_param_bytes
+                     - sum(t.numel() * t.element_size()
+                           for t in (runner.x, runner.grad_out, *runner.snap)))
+    return st
+
+
+def _time_interleaved(ctx: _Ctx, shapes: list[_Shape]) -> None:
+    """The timed rounds of every shape, one cycle of orders per visit, shapes in turn.
+
+    A visit is one whole cycle of the Williams orders (6 rounds), so every visit is balanced on
+    its own; visit v starts at order v, so no block is always the one that follows another
+    shape's last step. Visiting the shapes in turn spreads each shape's samples over the whole
+    timed phase instead of one stretch of a second or two: on an H200 (2026-11-30,
+    bench/results/input-sets-*.json) the reference kernels' device time drifted by up to 30%
+    from one half second to the next in one process, all buffers alike, with no change NVML
+    could see (clocks, power, throttle reasons), while the plain block held to 0.2%; a shape
+    timed in one stretch drew a few such states and its r moved by up to 2.5% between grades.
+    """
+    orders, rounds = ctx.job["orders"], ctx.job["rounds"]
+    per_visit = len(orders)
+    visits = -(-rounds // per_visit)
+    # One untimed round each first, in the visiting order: the caching allocator has then seen
+    # every shape's steps after another shape's, so no timed step waits on a fresh cudaMalloc.
+    for st in shapes:
+        _round(ctx, st, orders[0], timed=False)
+    for visit in range(visits):
+        for st in shapes:
+            for t in range(min(per_visit, rounds - st.rounds_done)):
+                _round(ctx, st, orders[(visit + t) % per_visit], timed=True)
+                st.rounds_done += 1
+        ctx.channel.send("progress", visit=visit + 1, visits=visits)
+
+
+def _finish_shape(ctx: _Ctx, st: _Shape) -> dict[str, Any]:
+    """The shape's verdict on its timed steps, then its census once more; its utilisations."""
+    torch, guard = ctx.torch, ctx.guard
     # One device→host copy per shape, outside every window.
-    table = torch.stack(util_rows).amax(dim=0).tolist()
+    table = torch.stack(st.util_rows).amax(dim=0).tolist()
     util = {n: dict(zip(("forward", "grad_x", *PARAM_KEYS), row, strict=True))
             for n, row in zip(("ref", "sub"), table, strict=True)}
     # Judged before the census below: a wrong timed answer is a failed check, the more
     # precise verdict, even when its path also changed.
-    slack = float(job.get("slack", PLAIN_SLACK))
+    slack = float(ctx.job.get("slack", PLAIN_SLACK))
     # NaN (a non-finite reference value) counts as the worst possible.
     sub_util = {k: (v if v == v else float("inf")) for k, v in util["sub"].items()}
     worst_key = max(sub_util, key=lambda k: sub_util[k])
     worst = sub_util[worst_key]
     if not worst <= slack:  # also catches NaN
-        raise CheckFailure(f"{label}: a timed step's {worst_key} differs from plain PyTorch "
+        raise CheckFailure(f"{st.label}: a timed step's {worst_key} differs from plain PyTorch "
                            f"(utilisation {worst:.3g} > {slack})")
-
-    if census:
+    if ctx.census:
         # The census once more, after the timed rounds: a submission that changes path once its
         # warm-up is over (a call count, a clock, a class found by introspection) is seen on the
         # path it was timed on. Untimed, so the timed windows stay bare.
-        runner.new_values()
-        after = _Phase(guard, f"timing-after:{label}")
-        _, _, out = runner.step("sub", after)
+        st.runner.new_values()
+        after = _Phase(guard, f"timing-after:{st.label}")
+        _, _, out = st.runner.step("sub", after)
         del out
-        guard.check_ops(after.record, activation)
+        guard.check_ops(after.record, st.activation)
         guard.check_launches(after.record)
         _raise_findings(guard)
+    return util
+
+
+def _time_shapes(ctx: _Ctx, timer: Timer | HostTimer, flush: Callable[[], None],
+                 make: Callable[[type, dict[str, Any]], Any], plain_cls: type, ref_cls: type,
+                 sub_cls: type, block_args: dict[str, Any], device: str) -> None:
+    """Warm up every shape in turn, time them all interleaved, then judge and report each."""
+    torch = ctx.torch
+    shapes = [_prepare_shape(ctx, index, shape, timer, flush, make, plain_cls, ref_cls, sub_cls,
+                             block_args, device)
+              for index, shape in enumerate(ctx.job["shapes"])]
     if device == "cuda":
         torch.cuda.synchronize()
-    # Memory the submission holds across steps: allocated now beyond what was there before it
-    # was constructed, less its parameters; and, once everything of the shape is freed, what is
-    # left beyond the pre-import baseline (module-level buffers).
-    in_shape = _allocated(torch) - before_sub - sub_param_bytes
-    in_shape -= sum(t.numel() * t.element_size() for t in
-                    (runner.x, runner.grad_out, *runner.snap))
-    del runner, blocks
+    before = _allocated(torch)
+    _time_interleaved(ctx, shapes)
+    utils = [_finish_shape(ctx, st) for st in shapes]
+    if device == "cuda":
+        torch.cuda.synchronize()
+    # What the submission added while timed (or on its census step), with every shape alive:
+    # counted against each shape, since it cannot be told which one holds it.
+    growth = max(0, _allocated(torch) - before)
+    held = [st.held_bytes + growth for st in shapes]
+    reports = [(st.index, st.label, st.samples, st.activation) for st in shapes]
+    del shapes
     if device == "cuda":
         torch.cuda.empty_cache()
-    held = max(in_shape, _allocated(torch) - base.allocated) if device == "cuda" else 0
-    allowed = HOG_ACTIVATIONS * activation * 4 + HOG_FIXED_BYTES
-    check_heavy(torch, base, allowed, held)
-    channel.send("shape_done", index=index, label=label, samples=samples, util=util,
-                 held_mb=held / 2**20)
+    # Once everything of every shape is freed, what is left beyond the pre-import baseline
+    # (module-level buffers).
+    left = _allocated(torch) - ctx.base.allocated if device == "cuda" else 0
+    for (index, label, samples, activation), util, in_shapes in zip(reports, utils, held,
+                                                                    strict=True):
+        held_bytes = max(in_shapes, left) if device == "cuda" else 0
+        allowed = HOG_ACTIVATIONS * activation * 4 + HOG_FIXED_BYTES
+        check_heavy(torch, ctx.base, allowed, held_bytes)
+        ctx.channel.send("shape_done", index=index, label=label, samples=samples, util=util,
+                         held_mb=held_bytes / 2**20)
 
 
 if __name__ == "__main__":

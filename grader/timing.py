@@ -238,6 +238,11 @@ def task_score(verdicts: Sequence[ShapeVerdict]) -> tuple[float, tuple[float, fl
 # ----------------------------------------------------------------------------- the run
 
 
+def _bar(done: int, total: int, width: int = 24) -> str:
+    filled = width * done // total if total else width
+    return "#" * filled + "." * (width - filled)
+
+
 @dataclass
 class _Listener:
     """Receives the child's messages: stamps them, snapshots telemetry, draws progress."""
@@ -270,17 +275,28 @@ class _Listener:
             when = "before" if event == "shape_start" else "after"
             self.snapshots.append(telemetry.snapshot(f"{when} {label}", uuid=self.uuid))
             self._draw(index, event, message)
+        elif event == "progress":
+            visit, visits = message.get("visit"), message.get("visits")
+            if isinstance(visit, int) and isinstance(visits, int) and 0 < visit <= visits:
+                if visit in (1, visits):
+                    # The GPU's state while all shapes are timed: after the first visit and
+                    # after the last.
+                    self.snapshots.append(telemetry.snapshot(f"timed visit {visit}/{visits}",
+                                                             uuid=self.uuid))
+                self._print(f"[{_bar(visit, visits)}] {visit}/{visits} timed visits "
+                            f"(all {len(self.shapes)} shapes in turn)")
         elif event == "failure":
             self._print(f"timing: {message.get('kind')}: {message.get('reason')}")
 
     def _draw(self, index: int, event: str, message: dict[str, Any]) -> None:
+        # Shapes warm up one after another, are timed together (`progress` above), and are
+        # judged one after another at the end.
         total = len(self.shapes)
-        done = index + (event == "shape_done")
-        width = 24
-        bar = "#" * (width * done // total) + "." * (width - width * done // total)
         label = self.shapes[index].label
-        text = f"[{bar}] {done}/{total} {'timing' if event == 'shape_start' else 'timed'} {label}"
-        self._print(text)
+        if event == "shape_start":
+            self._print(f"[{_bar(index, total)}] warming up {index + 1}/{total} {label}")
+        else:
+            self._print(f"[{_bar(index + 1, total)}] {index + 1}/{total} timed {label}")
 
     def _print(self, text: str) -> None:
         if self.progress is not None:

@@ -79,3 +79,44 @@ def test_child_failure_is_reported_with_its_stderr(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(variance.subprocess, "run", failing)
     with pytest.raises(SystemExit, match="process 0 exited 1:\nCUDA error: boom"):
         variance.run_shape("float32:64x8192:d1", 2, 30, 5, 60.0)
+
+
+def test_nvml_trace_summarises_each_window(monkeypatch) -> None:
+    """bench/input_sets.py's NVML sampler: a real thread over a stand-in pynvml (no GPU here);
+    each pass's window gets the range of every field and the set of clock-event reasons."""
+    import threading
+    import time
+    import types
+
+    ticks = iter(range(10**6))
+    lock = threading.Lock()
+
+    def clock(handle: object, kind: int) -> int:
+        with lock:
+            t = next(ticks)
+        return (1980 if t % 4 else 1755) if kind == 0 else 3201
+
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: "h",
+        nvmlDeviceGetClockInfo=clock, nvmlDeviceGetPowerUsage=lambda h: 570_500,
+        nvmlDeviceGetTemperature=lambda h, s: 47,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    spec = importlib.util.spec_from_file_location("bench_input_sets",
+                                                  ROOT / "bench" / "input_sets.py")
+    input_sets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(input_sets)
+
+    trace = input_sets.NvmlTrace(0.001)
+    t0 = time.perf_counter()
+    trace.start()
+    time.sleep(0.05)
+    trace.stop()
+    t1 = time.perf_counter()
+    state = trace.between(t0, t1)
+    assert state["samples"] == len(trace.rows) >= 4
+    assert state["sm_mhz"] == [1755, 1980] and state["mem_mhz"] == [3201, 3201]
+    assert state["power_w"] == [570.5, 570.5] and state["temp_c"] == [47, 47]
+    assert state["reasons"] == ["0x4"]
+    assert trace.between(t1 + 1, t1 + 2) == {}

@@ -9,13 +9,17 @@ in test_timing_gpu.py.
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from timing_workspace import CORPUS, make_workspace, with_profile
 
 from grader.config import Profile, Shape, load_config
 from grader.timing import run_timing
 
-PROFILE = Profile(gpus=(), warmup=1, rounds=6, shapes=(Shape(2, 64, 3, "float32"),))
+# Two shapes, timed interleaved: two visits of one cycle (6 rounds) each.
+PROFILE = Profile(gpus=(), warmup=1, rounds=12,
+                  shapes=(Shape(2, 64, 3, "float32"), Shape(1, 16, 1, "float32")))
 CONFIG = with_profile(load_config(), "dry", PROFILE)
 
 
@@ -35,13 +39,21 @@ def triton_cache(tmp_path_factory):
 )
 def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_cache) -> None:
     ws = make_workspace(tmp_path / "ws", (CORPUS / case / "solution.py").read_text())
-    report = run_timing(ws, CONFIG, profile="dry", progress=None, triton_cache=triton_cache,
+    progress = io.StringIO()
+    report = run_timing(ws, CONFIG, profile="dry", progress=progress, triton_cache=triton_cache,
                         dry_run_on_cpu=True)
     detail = f"{report.status}: {report.reason} | {report.telemetry.get('child_stderr_tail')}"
     assert report.status == status, detail
     assert reason in report.reason.lower(), detail
     assert report.telemetry["dry_run"] is True
     if status == "ok":
-        (shape,) = report.shapes
-        assert shape.status == "ok" and shape.utilisation is not None
-        assert shape.utilisation <= 1.5 and shape.t_sub_ms > 0
+        for shape in report.shapes:
+            assert shape.status == "ok" and shape.utilisation is not None
+            assert shape.utilisation <= 1.5 and shape.t_sub_ms > 0
+        # Both shapes warm up, then their timed rounds take turns, then both are judged.
+        lines = [line.split("] ", 1)[1] for line in progress.getvalue().splitlines()]
+        a, b = (s.label for s in PROFILE.shapes)
+        assert lines == [f"warming up 1/2 {a}", f"warming up 2/2 {b}",
+                         "1/2 timed visits (all 2 shapes in turn)",
+                         "2/2 timed visits (all 2 shapes in turn)",
+                         f"1/2 timed {a}", f"2/2 timed {b}"], progress.getvalue()

@@ -131,3 +131,37 @@ def test_faster_than_the_bandwidth_floor_is_implausible(monkeypatch, ws) -> None
                              {"event": "done"}], pause_s=0.1)
     report = run(ws)
     assert report.status == "implausible" and "physically possible" in report.reason
+
+
+def test_timed_rounds_visit_the_shapes_in_turn(monkeypatch) -> None:
+    """Each visit is one whole cycle of orders, rotated by the visit; a last partial visit; one
+    untimed round per shape first; every shape gets exactly ``rounds`` timed rounds."""
+    from grader import child_timing as ct
+    from grader.orders import williams_orders
+
+    orders = williams_orders(ct.BLOCK_NAMES)
+    calls: list[tuple[str, tuple[str, ...], bool]] = []
+    monkeypatch.setattr(ct, "_round", lambda ctx, st, order, timed: calls.append(
+        (st.label, tuple(order), timed)))
+    sent: list[dict] = []
+
+    class Channel:
+        def send(self, event: str, **fields: object) -> None:
+            sent.append({"event": event, **fields})
+
+    ctx = ct._Ctx(torch=None, job={"orders": orders, "rounds": 8}, channel=Channel(),
+                  guard=None, timers=None, base=None, census=True)
+    shapes = [ct._Shape(index=i, label=label, runner=None, budget={}, activation=1,
+                        held_bytes=0, samples={}, util_rows=[]) for i, label in enumerate("ab")]
+    ct._time_interleaved(ctx, shapes)
+
+    assert calls[:2] == [("a", tuple(orders[0]), False), ("b", tuple(orders[0]), False)]
+    timed = calls[2:]
+    assert all(t for _, _, t in timed) and len(timed) == 16
+    labels = "".join(label for label, _, _ in timed)
+    assert labels == "a" * 6 + "b" * 6 + "aa" + "bb"
+    assert [o for label, o, _ in timed if label == "a"] == [
+        tuple(orders[k % 6]) for k in [0, 1, 2, 3, 4, 5, 1, 2]]
+    assert [st.rounds_done for st in shapes] == [8, 8]
+    assert sent == [{"event": "progress", "visit": 1, "visits": 2},
+                    {"event": "progress", "visit": 2, "visits": 2}]

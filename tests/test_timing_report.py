@@ -62,18 +62,27 @@ def test_listener_stamps_messages_and_draws_progress(monkeypatch) -> None:
                              0.1) for n in ("ref", "sub")}
     listener({"event": "hello", "device": {"uuid": "GPU-x"}})
     listener({"event": "shape_start", "index": 0, "label": "x"})
+    for visit in (1, 2, 3):
+        listener({"event": "progress", "visit": visit, "visits": 3})
     listener({"event": "shape_done", "index": 0, "samples": samples, "util": util, "slack": 1.5})
     # Forged or malformed messages are ignored, never fatal.
     listener({"event": "shape_done", "index": 1, "samples": samples})  # never started
     listener({"event": "shape_start", "index": 99})
     listener({"event": "shape_done", "index": 0, "samples": "junk"})  # duplicate
+    listener({"event": "progress", "visit": 4, "visits": 3})
+    listener({"event": "progress", "visit": "1", "visits": None})
     raws = _raw_shapes(prof, listener)
     assert list(raws) == [0]
     assert raws[0].window_ms["sub"] == [1.0] * prof.rounds and raws[0].parent_s >= 0
     assert listener.uuid == "GPU-x"
     assert [s.label for s in listener.snapshots] == [
-        f"before {prof.shapes[0].label}", f"after {prof.shapes[0].label}"]
-    assert "1/2 timed" in out.getvalue()
+        f"before {prof.shapes[0].label}", "timed visit 1/3", "timed visit 3/3",
+        f"after {prof.shapes[0].label}"]
+    text = out.getvalue()
+    assert f"warming up 1/2 {prof.shapes[0].label}" in text
+    assert "[########################] 3/3 timed visits (all 2 shapes in turn)" in text
+    assert "4/3" not in text
+    assert f"1/2 timed {prof.shapes[0].label}" in text
 
 
 def test_telemetry_without_a_gpu_says_so() -> None:
