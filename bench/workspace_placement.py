@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for variant in range(args.variants):
         addresses.clear()
-        fns = {"fwd": lambda: cn.conv_norm_forward(x, w, spec["dilation"], eps, plan),
-               "bwd": lambda: cn.conv_norm_backward(grad, x, w, mean, rstd, spec["dilation"],
-                                                    plan)}
+        fns = {"fwd": lambda x=x: cn.conv_norm_forward(x, w, spec["dilation"], eps, plan),
+               "bwd": lambda x=x, grad=grad: cn.conv_norm_backward(
+                   grad, x, w, mean, rstd, spec["dilation"], plan)}
         samples = time_interleaved(fns, args.rounds, 2, flush, hide_launch=True)
         landed = sorted(set(addresses))  # the forward's and the backward's workspaces
         rows.append({"variant": variant, "pads": len(pads), "move": args.move,
