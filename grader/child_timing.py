@@ -770,11 +770,12 @@ def _time_interleaved(ctx: _Ctx, shapes: list[_Shape]) -> None:
     A visit is one whole cycle of the Williams orders (6 rounds), so every visit is balanced on
     its own; visit v starts at order v, so no block is always the one that follows another
     shape's last step. Visiting the shapes in turn spreads each shape's samples over the whole
-    timed phase instead of one stretch of a second or two: on an H200 (2026-11-30,
-    bench/results/input-sets-*.json) the reference kernels' device time drifted by up to 30%
-    from one half second to the next in one process, all buffers alike, with no change NVML
-    could see (clocks, power, throttle reasons), while the plain block held to 0.2%; a shape
-    timed in one stretch drew a few such states and its r moved by up to 2.5% between grades.
+    timed phase instead of one stretch of a second or two. On an H200 (2026-11-30,
+    bench/results/kernel-drift-h200-2026-11-30/) the reference kernels' forward took anywhere
+    from 0.25 to 0.46 ms from one half second to the next in one process, all buffers alike, with
+    no change NVML could see (clocks, power, clock-event reasons), while the plain block's step
+    held within 0.6%; a shape timed in one stretch drew a few such states, and its r moved by
+    up to 2.5% between grades (0.55% once the shapes took turns).
     """
     orders, rounds = ctx.job["orders"], ctx.job["rounds"]
     per_visit = len(orders)

@@ -2,14 +2,18 @@
 
 `run_timing` copies the submitted tree into a private directory, runs ``grader/child_timing.py``
 there through `grader.sandbox.run_child` (limits from ``limits.timing``), stamps every message of
-the child with its own clock, and reads the GPU's telemetry around each shape. Nothing the child
-computed is taken as a verdict. From the raw per-round samples this module computes, per shape:
+the child with its own clock, and reads the GPU's telemetry when each shape starts its warm-up,
+after the first and the last timed visit (the shapes are timed in turns), and when each shape is
+reported. Nothing the child computed is taken as a verdict. From the raw per-round samples this
+module computes, per shape:
 
 - medians of t_plain, t_ref and t_sub, and r = t_plain/t_sub, g = t_plain/t_ref as medians of
   per-round paired ratios with bootstrap intervals (`grader.stats`);
 - the bandwidth floor: every sample of every block must be at least the bytes a step must move
   over the GPU's peak bandwidth (`grader.plausibility`);
-- the clock bound: the timed windows of a shape add up to no more than the parent saw pass;
+- the clock bound: the timed windows of a shape add up to no more than the parent saw pass
+  between its start and its report (with the shapes timed in turns, that span holds the other
+  shapes' rounds too; the whole-run bound in `run_timing` is the tight one);
 - the event window bounded by the same window on the child's host clock;
 - the check numbers re-checked: the submission's utilisation against plain PyTorch within slack;
 - the tail: work still running after the step returned on the caller's stream (a side stream
