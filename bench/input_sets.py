@@ -8,7 +8,8 @@ while moving only the workspace or an offset inside one buffer changed nothing. 
 keeps its speed from pass to pass, the speed belongs to the buffer's placement (its physical
 pages), and a grader that rotates several input sets over its rounds averages over placements
 instead of drawing one per process. If all sets move together between passes, it is a state
-of the device in time.
+of the device in time. (H200, 2026-11-30: all sets moved together, and NVML saw no change;
+bench/results/kernel-drift-h200-2026-11-30/README.md.)
 
 Each pass times, per set k, in balanced orders with the L2 flushed before every sample:
 ``fwd{k}`` / ``bwd{k}`` (device time of the forward and backward kernels), ``ref{k}`` and
