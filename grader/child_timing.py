@@ -668,7 +668,6 @@ class _Shape:
     held_bytes: int  # what the submission held across steps after its warm-up
     samples: dict[str, dict[str, list[float]]]
     util_rows: list[Any]
-    rounds_done: int = 0
 
 
 @dataclass
@@ -786,9 +785,8 @@ def _time_interleaved(ctx: _Ctx, shapes: list[_Shape]) -> None:
         _round(ctx, st, orders[0], timed=False)
     for visit in range(visits):
         for st in shapes:
-            for t in range(min(per_visit, rounds - st.rounds_done)):
+            for t in range(min(per_visit, rounds - visit * per_visit)):
                 _round(ctx, st, orders[(visit + t) % per_visit], timed=True)
-                st.rounds_done += 1
         ctx.channel.send("progress", visit=visit + 1, visits=visits)
 
 

@@ -164,7 +164,6 @@ def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
     return Status.SCORED, []
 
 
-
 def _ended(child) -> str:  # type: ignore[no-untyped-def]
     return child.detail or "it exited with status 0 before finishing (os._exit or sys.exit)"
 

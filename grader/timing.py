@@ -43,12 +43,12 @@ from typing import Any, TextIO
 import numpy as np
 
 from grader import plausibility, stats, telemetry
-from grader.config import Profile, Score, ScoringConfig, Shape
+from grader.config import TIMED_BLOCKS, Profile, Score, ScoringConfig, Shape
 from grader.report import ShapeTiming, TimingReport
 
 CHILD_SCRIPT = Path(__file__).resolve().parent / "child_timing.py"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BLOCKS = ("plain", "ref", "sub")
+BLOCKS = TIMED_BLOCKS
 UTIL_KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
 # Work left running after the step returned on the caller's stream. An honest step leaves only
 # the synchronize-and-record latency (tens of µs); a step whose work runs on a stream the caller

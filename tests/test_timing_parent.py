@@ -162,6 +162,6 @@ def test_timed_rounds_visit_the_shapes_in_turn(monkeypatch) -> None:
     assert labels == "a" * 6 + "b" * 6 + "aa" + "bb"
     assert [o for label, o, _ in timed if label == "a"] == [
         tuple(orders[k % 6]) for k in [0, 1, 2, 3, 4, 5, 1, 2]]
-    assert [st.rounds_done for st in shapes] == [8, 8]
+    assert [labels.count(st.label) for st in shapes] == [8, 8]
     assert sent == [{"event": "progress", "visit": 1, "visits": 2},
                     {"event": "progress", "visit": 2, "visits": 2}]
