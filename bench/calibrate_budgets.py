@@ -13,13 +13,20 @@ oracle: the forward error elementwise and each gradient's relative L2 error. It 
   digits. The budgets in scoring.yaml add ~15% to these for draws the calibration did not see.
 
 Usage (on a GPU machine):
-    python bench/calibrate_budgets.py [--draws 3] [--json out.json] [--md out.md]
+    python bench/calibrate_budgets.py [--draws 3] [--cases GLOB ...] [--json out.json] [--md out.md]
+
+``--cases`` keeps the cases whose name matches one of the globs (e.g. ``'ramp-*' 'burst-*'``), to
+check new cases against the budgets in place; a proposal from a subset covers only that subset.
+``--device cpu`` runs fp32 anywhere (the fp32 budgets are SPEC §3's, not calibrated, but the plain
+block's use of them is still worth knowing); bf16/fp16 numbers from a CPU mean nothing for the GPU,
+whose half-precision matmuls accumulate differently.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import fnmatch
 import json
 import math
 import platform
@@ -135,16 +142,32 @@ def main() -> int:
     parser.add_argument("--config", default=None, help="scoring.yaml path")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--md", type=Path, default=None)
+    parser.add_argument("--cases", nargs="+", default=["*"], metavar="GLOB",
+                        help="only the cases whose name matches one of these globs")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: fp32 cases only (bf16/fp16 budgets are for GPU numerics)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        print("calibrate_budgets: needs a CUDA GPU (the budgets are for GPU numerics)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("calibrate_budgets: needs a CUDA GPU (the budgets are for GPU numerics); "
+              "--device cpu measures the fp32 cases")
         return 2
-    device = torch.device("cuda")
+    device = torch.device(args.device)
     config = load_config(args.config) if args.config else load_config()
     draws: list[Draw] = []
-    cases = list(config.correctness.cases)
-    for case in cases + list(config.correctness.drift.cases):
-        is_drift = case in config.correctness.drift.cases
+
+    def wanted(case: Case) -> bool:
+        if args.device == "cpu" and case.dtype != "float32":
+            return False
+        return any(fnmatch.fnmatchcase(case.name, glob) for glob in args.cases)
+
+    cases = [c for c in config.correctness.cases if wanted(c)]
+    drift_cases = [c for c in config.correctness.drift.cases if wanted(c)]
+    if not cases + drift_cases:
+        print(f"calibrate_budgets: no {'fp32 ' if args.device == 'cpu' else ''}case matches "
+              f"--cases {' '.join(args.cases)}")
+        return 2
+    for case in cases + drift_cases:
+        is_drift = case in drift_cases
         for public in case.seeds:
             for _ in range(args.draws):
                 seed = derive_seed(public, secrets.randbits(63))
@@ -186,13 +209,19 @@ def main() -> int:
             lines.append(f"| {name} | {len(ds)} | {max(d.max_abs for d in ds):.3g} | "
                          f"{max(d.max_ref for d in ds):.3g} | {fwd:.3f} | {g:.3g} | "
                          f"{g / budget.grad_rel:.3f} | {dr / budget.drift_rel:.3f} |")
-    props = torch.cuda.get_device_properties(0)
+    where = (torch.cuda.get_device_properties(0).name if args.device == "cuda"
+             else f"CPU ({platform.processor() or platform.machine()})")
+    command = f"python bench/calibrate_budgets.py --draws {args.draws}"
+    if args.cases != ["*"]:
+        command += " --cases " + " ".join(repr(g) for g in args.cases)
+    if args.device == "cpu":
+        command += " --device cpu"
     header = [
         "# Budget calibration: the plain PyTorch block against the fp64 oracle",
         "",
         f"- date: {datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')}",
-        f"- GPU: {props.name}; torch {torch.__version__}; python {platform.python_version()}",
-        f"- command: python bench/calibrate_budgets.py --draws {args.draws}",
+        f"- device: {where}; torch {torch.__version__}; python {platform.python_version()}",
+        f"- command: {command}",
         f"- draws per public seed: {args.draws} (each mixed with a fresh random secret)",
         "- util = error / budget under the budgets in scoring.yaml at the time of the run; under "
         "the proposed budgets the plain block's utilisation is at most 0.5 by construction "

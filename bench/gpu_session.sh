@@ -15,6 +15,16 @@
 #                                           #   torch.compile on the h200 and l4 shapes)
 #   bash bench/gpu_session.sh variance      # ~3 min: why the kernels' speed changes between grades
 #                                           #   (bench/results/kernel-drift-h200-2026-11-30/)
+#   bash bench/gpu_session.sh hosts         # ~9 min: the same verdicts on any host (issue 12): every
+#                                           #   gate-corpus entry with pools as large as a 64-core
+#                                           #   host's (4 grades at once), the timing corpus, a whole
+#                                           #   naive grade with 64-thread pools and the budget
+#                                           #   calibration of the structured families, all at once
+#                                           #   on one GPU: each is the others' neighbour
+#   bash bench/gpu_session.sh structured    # ~4 min: calibration of the structured families, the
+#                                           #   reference on them, a naive grade with 64-thread pools
+#   bash bench/gpu_session.sh coverage      # ~9 min: 10 timing phases of the reference-as-submission
+#                                           #   and the coverage of their 95% intervals
 #
 # The first six take ~33 device-minutes with starts; a 30-minute session runs the ones its change needs.
 #
@@ -26,7 +36,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|timing-l4|tune|variance}
+phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -44,6 +54,22 @@ suite() {
     t0=$(date +%s)
     timeout "$limit" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$name.log" 2>&1
     echo "$name: rc=$? wall=$(( $(date +%s) - t0 ))s $(tail -n 1 "$OUT/$name.log")"
+}
+
+# $OUT/scoring-64.yaml (every child's pools as an unpinned child's on a 64-core host) and $naive,
+# a committed workspace of the naive control, for a whole grade as a 64-core host would run it.
+naive_pools64() {
+    python3 - "$OUT/scoring-64.yaml" <<'PY'
+import sys, yaml
+data = yaml.safe_load(open("scoring.yaml"))
+for phase in ("load", "gate", "timing"):
+    data["limits"][phase]["pool_threads"] = 64
+yaml.safe_dump(data, open(sys.argv[1], "w"), sort_keys=False)
+PY
+    naive=$(mktemp -d)/naive
+    mkdir -p "$naive" && cp tests/corpus/naive_triton/solution.py "$naive/"
+    git -C "$naive" init -q && git -C "$naive" add -A \
+        && git -C "$naive" -c user.name=g -c user.email=g@g commit -qm naive
 }
 
 case "$phase" in
@@ -108,8 +134,61 @@ variance)
     done
     grep -A 30 "^## " "$OUT/process-variance-h200.md"
     ;;
+hosts)
+    versions > "$OUT/summary.txt" 2>&1
+    nproc >> "$OUT/summary.txt"
+    naive_pools64
+    # All four at once on one GPU: every grade has neighbours there.
+    GRADER_TEST_POOL_THREADS=64 suite grader-gpu 490 -n 4 tests/test_grader_gpu.py \
+        > "$OUT/s1.txt" &
+    suite timing-gpu 490 tests/test_timing_gpu.py > "$OUT/s2.txt" &
+    ( t0=$(date +%s)
+      timeout 490 python3 -m grader grade "$naive" --profile h200 --config "$OUT/scoring-64.yaml" \
+          --json "$OUT/naive-h200-pools64.json" > "$OUT/naive-h200-pools64.log" 2>&1
+      echo "naive grade, h200 profile, 64-thread pools, with neighbours: rc=$? wall=$(( $(date +%s) - t0 ))s"
+      head -n 3 "$OUT/naive-h200-pools64.log" ) > "$OUT/s3.txt" &
+    ( timeout 330 python3 bench/calibrate_budgets.py --draws 5 --cases 'ramp-*' 'burst-*' \
+          'outlier-*' '*-ramp' '*-burst' '*-outlier' --md "$OUT/calibration-h200-structured.md" \
+          --json "$OUT/calibration-h200-structured.json" > "$OUT/calibration.log" 2>&1
+      echo "calibration of the structured families: rc=$? at $(elapsed)s"
+      suite reference-gpu-structured 150 -m gpu tests/test_reference_gpu.py \
+          -k "ramp or burst or outlier" ) > "$OUT/s4.txt" &
+    wait
+    cat "$OUT"/s[1-4].txt | tee -a "$OUT/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$OUT"/grader-gpu.log "$OUT"/timing-gpu.log | tee -a "$OUT/summary.txt"
+    rm -f "$OUT"/s[1-4].txt
+    ;;
+structured)
+    versions > "$OUT/summary.txt" 2>&1
+    # The structured families once more: calibration, the reference on them in every dtype, and
+    # a whole naive grade with 64-thread pools beside both (its neighbours on the GPU).
+    naive_pools64
+    ( t0=$(date +%s)
+      timeout 300 python3 -m grader grade "$naive" --profile h200 --config "$OUT/scoring-64.yaml" \
+          --json "$OUT/naive-h200-pools64.json" > "$OUT/naive-h200-pools64.log" 2>&1
+      echo "naive grade, h200 profile, 64-thread pools, with neighbours: rc=$? wall=$(( $(date +%s) - t0 ))s"
+      grep -v "^gate \[" "$OUT/naive-h200-pools64.log" | head -n 4 ) > "$OUT/s1.txt" &
+    ( timeout 200 python3 bench/calibrate_budgets.py --draws 5 --cases 'ramp-*' 'burst-*' \
+          'outlier-*' '*-ramp' '*-burst' '*-outlier' --md "$OUT/calibration-h200-structured.md" \
+          --json "$OUT/calibration-h200-structured.json" > "$OUT/calibration.log" 2>&1
+      echo "calibration of the structured families: rc=$? at $(elapsed)s" ) > "$OUT/s2.txt" &
+    suite reference-gpu-structured 200 -m gpu tests/test_reference_gpu.py \
+        -k "ramp or burst or outlier" > "$OUT/s3.txt" &
+    wait
+    cat "$OUT"/s[1-3].txt | tee -a "$OUT/summary.txt"
+    rm -f "$OUT"/s[1-3].txt
+    grep -E "^\| (ramp|burst|outlier|c[0-9]+-l[0-9]+-[a-z0-9-]*(ramp|burst|outlier))" \
+        "$OUT/calibration-h200-structured.md"
+    ;;
+coverage)
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 570 python3 bench/interval_coverage.py --profile h200 --runs 10 --tag h --out "$OUT" \
+        > "$OUT/coverage.log" 2>&1
+    echo "interval coverage, 10 timing phases: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    tail -n 45 "$OUT/coverage.log"
+    ;;
 *)
-    echo "unknown phase $phase: reference, correctness, agent, timing, timing-l4, tune or variance" >&2
+    echo "unknown phase $phase: reference, correctness, agent, timing, timing-l4, tune, variance, hosts, structured or coverage" >&2
     exit 2
     ;;
 esac

@@ -69,6 +69,9 @@ RULE_HINTS = {
     "no-autograd-function": "x and conv.weight must go straight into your torch.autograd.Function "
     "(ConvNormFunction.apply), whose backward launches your kernels",
     "foreign-triton-kernel": "only Triton kernels defined in your workspace's files may run",
+    "forbidden-import": "import only your own files, the standard library, torch, triton and "
+    "numpy: asking for any other module (import, __import__, importlib, find_spec) breaks the "
+    "rule even when the import fails or the error is caught",
     "constructor-signature": "keep DilatedResidualBlock.__init__(self, channels=128, dilation=1, "
     "expansion=2, eps=1e-5, residual_scale=0.5) exactly",
     "state-dict": "keep exactly the parameters conv.weight (C,1,3), fc1.weight (E·C,C), "
@@ -100,6 +103,16 @@ FAMILY_HINTS = {
     "scale": "scale cases (x ~ N(0,100²)) fail on large magnitudes: squares and sums overflow "
     "fp16, so accumulate the statistics in fp32 (the plain block normalizes in fp32 for "
     "bf16/fp16)",
+    "ramp": "ramp cases (from a row partway through, x's scale and offset grow to ×10 and ±50 at "
+    "the last row) fail when the statistics assume tiles alike: merge per-tile (count, mean, M2) "
+    "with Chan's combine, keeping its n_a·n_b/n·δ² term and a partial last tile's true count; do "
+    "not normalize per tile or estimate from some of the rows",
+    "burst": "burst cases (a window of L/6 to L/3 rows at ±100 + N(0,30²) among N(0,1) rows) fail "
+    "when the statistics come from some rows or tiles only, or are applied per tile: reduce over "
+    "every row of the example, in fp32",
+    "outlier": "outlier cases (one example of the batch at ×50, its upstream gradient too) fail "
+    "when the statistics are pooled across the batch or read from another example: the mean, "
+    "the variance and the backward's two sums are per example",
 }
 NON_FINITE_HINT = ("values that are not finite: an example whose variance is 0 (length·channels "
                    "= 1, as in c1-l1) needs eps in rsqrt(var + eps); also look for a division by "

@@ -5,8 +5,13 @@ child's copy of the submitted tree. It never sees the secret seed or any ground 
 one item's inputs at a time as a file the parent writes just before it says ``go``, and leaves
 the outputs as a file the parent loads and checks. Protocol:
 
-    child  → parent (channel): ready | item_start | item_done | item_failed | finding | fatal
-    parent → child  (stdin):   "go <index>\\n" | "end\\n"
+    child  → parent (channel): armed | load_failed | ready | item_start | item_done | item_failed
+                               | finding (at any time)
+    parent → child  (stdin):   "armed\\n" | "go <index>\\n" | "end\\n"
+
+``armed`` comes once, after the warm-up and before the submission is imported: the parent counts
+the child's threads then (its task limit counts only what the submission adds) and starts the
+import's deadline; each ``go`` starts that item's deadline (`grader.deadlines`).
 
 What the child *claims* (``item_done``) decides nothing: the parent checks the files.
 """
@@ -34,7 +39,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from grader.child_rules import Finding, Guard  # noqa: E402
-from grader.sandbox import ChannelWriter, ChildExit  # noqa: E402
+from grader.sandbox import ChannelWriter, ChildExit, pin_pools  # noqa: E402
 from task.model import DilatedResidualBlock as FrozenBlock  # noqa: E402
 
 PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
@@ -332,9 +337,12 @@ def main() -> None:
     # A segfault in submission code still leaves its Python stack in the child's stderr tail.
     faulthandler.enable()
     job = json.loads(Path(sys.argv[2]).read_text())
+    pin_pools(torch)
     harness = Harness(job)
     _warm_up(harness.device)
     harness.guard.install()
+    # From here on the parent's task limit counts what the submission adds, nothing before.
+    harness.channel.arm()
     harness.load()
     harness.run()
 

@@ -17,7 +17,9 @@ the submission, and wraps every call into submission code in ``guard.phase(name)
 - counts Triton launches per phase, by kernel and the file that defines it (wrapping
   ``JITFunction.run`` / ``InterpretedFunction.run`` and, on a GPU, Triton's launch hook);
 - flags new Python threads, new native threads, new modules of Dynamo/Inductor, and TorchScript
-  or FX modules.
+  or FX modules;
+- reports every import the submission asks for beyond its own modules, the standard library,
+  torch, triton and numpy, cached or not, failed or not (`grader.child_imports.ImportWatch`).
 
 This is tamper-*evident*, not tamper-proof: the submission shares the interpreter and could undo
 a check it knows of. What cannot be forged is decided in the parent (correctness, from files);
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
+import importlib.util
 import os
 import sys
 import threading
@@ -43,6 +47,9 @@ import triton
 import triton.runtime.interpreter as triton_interpreter
 import triton.runtime.jit as triton_jit
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from grader.child_imports import RULE as FORBIDDEN_IMPORT
+from grader.child_imports import ImportFinder, ImportWatch
 
 # aten ops (overload packet names) that are PyTorch convolutions, normalizations or variances.
 FORBIDDEN_OPS = frozenset(
@@ -251,6 +258,10 @@ def _watched_objects() -> dict[str, Any]:
         "triton.runtime.jit.JITFunction": triton_jit.JITFunction,
         "triton.runtime.interpreter": triton_interpreter,
         "triton.runtime.interpreter.InterpretedFunction": triton_interpreter.InterpretedFunction,
+        # The import watch's wrappers (installed before the baselines) and its finder's method.
+        "importlib": importlib,
+        "importlib.util": importlib.util,
+        "grader.child_imports.ImportFinder": ImportFinder,
     }
     return watched
 
@@ -328,18 +339,24 @@ class Guard:
         # Kernel name → source files of every kernel of that name seen (a copy of the reference
         # in the workspace and the harness's reference share names).
         self._kernel_files: dict[str, set[str]] = {}
+        self.imports = ImportWatch(
+            self.submission_dir, lambda message: self._add(FORBIDDEN_IMPORT, message), self.trusted
+        )
         self._installed = False
 
     # ------------------------------------------------------------------ setup
 
     def install(self) -> None:
-        """Wrap Triton, add the audit hook and take the baselines. Call once, before the import
-        of any submission code, after the harness has imported all it needs and warmed up."""
+        """Wrap Triton and the import functions, add the audit hook and take the baselines. Call
+        once, before the import of any submission code, after the harness has imported all it
+        needs and warmed up."""
         if self._installed:
             raise RuntimeError("Guard.install() was already called")
         self._installed = True
         self._wrap_triton()
         count_thread_starts()
+        # Before the baselines: replacing a wrapper is then a patched attribute like any other.
+        self.imports.install()
         sys.addaudithook(self._audit)
         self.baseline_state = _state()
         self.watched = _watched_objects()
@@ -533,6 +550,8 @@ class Guard:
                 owner, attr = key
                 what = "removed" if after is None else "replaced"
                 self._add("patched-module", f"{owner}.{attr} was {what}")
+        for message in self.imports.tampering():
+            self._add("patched-module", message)
         for owner in ("torch.Tensor", "torch.nn.Module", "torch.autograd.Function"):
             before = {a for o, a in self.baseline_ids if o == owner}
             added = {a for o, a in ids if o == owner} - before

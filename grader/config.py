@@ -254,18 +254,71 @@ class Score:
 
 @dataclass(frozen=True)
 class PhaseLimit:
-    """Limits of one child process: wall time, resident memory, processes and open files."""
+    """Limits of one child process tree, each describing the submission, never the host.
+
+    Attributes:
+        wall_s: The phase's backstop; hangs are ended sooner by the `Deadlines`.
+        memory_mb: Resident memory of the tree.
+        max_threads: Threads and processes the submission may add to what the harness held just
+            before it imported the submission (so a host's core count does not count).
+        open_files: Open files per process.
+        pool_threads: Size of the child's own thread pools (OpenMP, BLAS, torch intra/inter-op):
+            fixed, so they do not grow with the host's cores.
+    """
 
     wall_s: float
     memory_mb: int
     max_threads: int = 64
     open_files: int = 1024
+    pool_threads: int = 4
 
     def __post_init__(self) -> None:
         _positive("wall_s", self.wall_s)
         _positive("memory_mb", self.memory_mb)
         _positive("max_threads", self.max_threads)
         _positive("open_files", self.open_files)
+        _positive("pool_threads", self.pool_threads)
+
+
+@dataclass(frozen=True)
+class DeadlineRule:
+    """How long one step of submission code may run on one kind of device before it counts as a
+    hang (a gate item, the import, a timing stage): ``floor_s + plain_multiple × t_plain``, with
+    t_plain the plain block's time on the same work as the trusted parent measured it.
+
+    Attributes:
+        floor_s: What any step may take whatever its size: imports, Triton compilation and
+            autotuning on first use, the interpreter's start-up.
+        plain_multiple: How many times slower than the plain block a submission may be on top.
+    """
+
+    floor_s: float
+    plain_multiple: float
+
+    def __post_init__(self) -> None:
+        _positive("floor_s", self.floor_s)
+        _positive("plain_multiple", self.plain_multiple)
+
+    def seconds(self, plain_s: float) -> float:
+        """The allowance of a step whose plain-block time is ``plain_s``."""
+        return self.floor_s + self.plain_multiple * plain_s
+
+    def describe(self, plain_s: float) -> str:
+        """``90 s floor + 200 × 0.004 s plain = 90.8 s``: how the allowance was made."""
+        return (f"{self.floor_s:g} s floor + {self.plain_multiple:g} × {plain_s:.3g} s plain = "
+                f"{self.seconds(plain_s):.1f} s")
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """The `DeadlineRule` of a GPU and of the CPU (Triton interpreter)."""
+
+    gpu: DeadlineRule
+    cpu: DeadlineRule
+
+    def for_device(self, device: str) -> DeadlineRule:
+        """The rule of ``device`` (``cpu``, ``cuda``, ``cuda:N``)."""
+        return self.cpu if device == "cpu" else self.gpu
 
 
 @dataclass(frozen=True)
@@ -275,6 +328,7 @@ class Limits:
     load: PhaseLimit
     gate: PhaseLimit
     timing: PhaseLimit
+    deadlines: Deadlines
     tree_max_mb: float = 16.0
     tree_max_files: int = 200
     file_max_mb: float = 4.0
@@ -401,6 +455,8 @@ __all__ = [
     "Case",
     "ConfigError",
     "Correctness",
+    "DeadlineRule",
+    "Deadlines",
     "Drift",
     "Limits",
     "PhaseLimit",

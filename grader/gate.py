@@ -16,6 +16,7 @@ import json
 import math
 import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +24,10 @@ from typing import Any
 
 import torch
 
-from grader.config import Budget, Case, ScoringConfig
+from grader.config import Budget, Case, DeadlineRule, ScoringConfig
+from grader.deadlines import plain_step_seconds
 from grader.report import CaseResult, CheckResult, RuleFinding, Severity
-from grader.sandbox import ChildLimits, ChildResult, Outcome, run_child
+from grader.sandbox import ARM_EVENT, ChildLimits, ChildResult, Deadline, Outcome, run_child
 from task.inputs import DTYPES, BlockInputs, derive_seed, make_inputs
 from task.oracle import oracle_sgd, oracle_step
 
@@ -395,11 +397,16 @@ class _Conversation:
     """Parent side of the protocol: hands out items one by one, remembers what the child said."""
 
     def __init__(self, items: Sequence[GateItem], secret: int, workdir: Path,
-                 progress: Callable[[str, int, int], None] | None) -> None:  # fmt: skip
+                 progress: Callable[[str, int, int], None] | None, rule: DeadlineRule,
+                 plain_device: str, drift_steps: int) -> None:  # fmt: skip
         self.items = items
         self.secret = secret
         self.dir = workdir / ".grader"
         self.progress = progress
+        self.rule = rule
+        self.plain_device = plain_device
+        self.drift_steps = drift_steps
+        self.due: Deadline | None = None
         self.next = 0
         self.current: int | None = None
         self.done: dict[int, float] = {}
@@ -409,8 +416,17 @@ class _Conversation:
         # Inputs handed out, kept for the checks (drawing them again costs as much).
         self.inputs: dict[int, BlockInputs] = {}
 
+    def deadline(self) -> Deadline | None:
+        """The step the child is on now, and when it is overdue (`run_child` asks each poll)."""
+        return self.due
+
+    def _start(self, what: str, plain_s: float) -> None:
+        self.due = Deadline(time.monotonic() + self.rule.seconds(plain_s),
+                            f"{what}: {self.rule.describe(plain_s)}")
+
     def _send_next(self) -> str:
         if self.next >= len(self.items):
+            self._start("ending the gate child", 0.0)
             return "end\n"
         item = self.items[self.next]
         self.next += 1
@@ -418,10 +434,20 @@ class _Conversation:
         self.inputs[item.index] = inputs
         data = {"x": inputs.x, "grad_out": inputs.grad_out, **inputs.state_dict()}
         torch.save(data, self.dir / f"in-{item.index}.pt")
+        c = item.case
+        steps = self.drift_steps if item.kind == "drift" else 1
+        plain_s = plain_step_seconds(inputs, dict(dilation=c.dilation, expansion=c.expansion,
+                                                  eps=c.eps, residual_scale=c.residual_scale),
+                                     self.plain_device, steps=steps)  # fmt: skip
+        # The clock starts once the item's inputs are ready and measured, as the child gets 'go'.
+        self._start(f"item {item.name}", plain_s)
         return f"go {item.index}\n"
 
     def __call__(self, message: dict[str, Any]) -> str | None:
         event = message.get("event")
+        if event == ARM_EVENT and self.due is None:
+            self._start("importing solution.py", 0.0)
+            return None
         if event == "ready":
             return self._send_next()
         if event == "item_start":
@@ -492,9 +518,12 @@ def run_gate(
     }
     job_path = workdir / ".grader" / "job.json"
     job_path.write_text(json.dumps(job))
-    talk = _Conversation(items, secret, workdir, progress)
+    talk = _Conversation(items, secret, workdir, progress,
+                         config.limits.deadlines.for_device(device), oracle_device,
+                         config.correctness.drift.steps)
     child = run_child(CHILD_SCRIPT, workdir, [str(REPO_ROOT), str(job_path)], limits,
-                      env_extra=env_extra, on_message=talk)  # fmt: skip
+                      env_extra=env_extra, on_message=talk, deadline=talk.deadline,
+                      arm=True)  # fmt: skip
 
     cases: list[CaseResult] = []
     frames: dict[str, tuple[str, ...]] = {}

@@ -179,6 +179,32 @@ class SystemInfo:
 
 
 @dataclass(frozen=True)
+class ShapeSamples:
+    """One shape's timed windows as the child reported them, round by round, with their visits.
+
+    Carried in the report so that an interval can be recomputed offline with any method
+    (``bench/interval_coverage.py``); the timing engine computes its own numbers from the same
+    samples.
+
+    Attributes:
+        plain_ms, ref_ms, sub_ms: Per timed round, each block's window (start → device idle).
+        visit: Per timed round, the visit it was timed in (rounds of one visit are consecutive).
+    """
+
+    plain_ms: tuple[float, ...]
+    ref_ms: tuple[float, ...]
+    sub_ms: tuple[float, ...]
+    visit: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        counts = {name: len(getattr(self, name)) for name in ("plain_ms", "ref_ms", "sub_ms",
+                                                               "visit")}
+        if len(set(counts.values())) != 1:
+            raise ValueError(f"samples of one shape must have one entry per round each, got "
+                             f"{counts}")
+
+
+@dataclass(frozen=True)
 class ShapeTiming:
     """Timing of one shape (owned by the timing engine; see grader/timing.py).
 
@@ -197,6 +223,8 @@ class ShapeTiming:
         utilisation: Worst check of the submission's timed steps against plain PyTorch, as a
             fraction of the dtype's budget.
         tail_ms: Median time the device kept working after the submission's step returned.
+        samples: The per-round windows r, g and the score were computed from (None when the
+            shape was not timed, or its samples were malformed).
     """
 
     label: str
@@ -215,6 +243,7 @@ class ShapeTiming:
     floor_ms: float | None = None
     utilisation: float | None = None
     tail_ms: float | None = None
+    samples: ShapeSamples | None = None
 
 
 @dataclass(frozen=True)
@@ -430,6 +459,7 @@ __all__ = [
     "GradeReport",
     "RuleFinding",
     "Severity",
+    "ShapeSamples",
     "ShapeTiming",
     "Status",
     "SystemInfo",

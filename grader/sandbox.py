@@ -8,9 +8,19 @@ in a fresh ``python -I`` interpreter:
   a scrubbed environment (an allow-list plus what the caller adds), the working directory a
   private copy of the submitted tree that is also ``HOME`` and ``TMPDIR``;
 - its own session and process group, so it and everything it starts are killed together;
+- its own thread pools pinned to a fixed size (`ChildLimits.pool_threads`: OpenMP, MKL, OpenBLAS,
+  torch's intra- and inter-op pools; one glibc malloc arena per pool thread), so what the child
+  holds does not grow with the host's cores: the same submission meets the same limits on a
+  4-core and a 200-core machine;
 - rlimits on open files, core dumps and (where asked) address space; a watchdog in the parent
   polls the child's whole process tree for resident memory and task (thread + process) count,
-  and the wall clock, and kills the tree when one is over its limit;
+  and the wall clock, and kills the tree when one is over its limit. A harness *arms* the task
+  limit just before it imports submission code (`ChannelWriter.arm`): the parent counts the
+  tree's tasks right then, while the child waits, and from there on allows that many plus
+  ``max_tasks``, so the limit describes what the submission adds, never what the host's CUDA
+  driver, torch or Triton made first;
+- a *deadline* the caller moves as the child makes progress (`Deadline`: a gate item, a timing
+  stage), so a hang ends when its step is overdue rather than at the phase's wall-clock limit;
 - a result channel: a pipe whose write end the child inherits (its fd number in
   ``GRADER_CHANNEL_FD``); the child writes one JSON object per line. The parent treats every
   message as untrusted data (the submission shares the child's address space and could forge
@@ -41,6 +51,14 @@ from grader.config import PhaseLimit
 
 CHANNEL_ENV = "GRADER_CHANNEL_FD"
 """Environment variable that tells the child which fd is the result channel's write end."""
+POOL_ENV = "GRADER_POOL_THREADS"
+"""Environment variable that tells a harness the size of torch's intra- and inter-op pools."""
+ARM_EVENT = "armed"
+"""The channel event (and its stdin reply) with which a harness arms the task limit."""
+# The thread-pool variables of every native library a child may load; each is set to the
+# child's pool size, so no pool is sized by the host's core count.
+_POOL_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                   "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS")
 
 # Variables a child may inherit from the grader's environment; everything else is dropped
 # (secrets, tokens, proxies, PYTHON*, TRITON_* knobs that could change what is compiled).
@@ -67,7 +85,7 @@ class Outcome(enum.StrEnum):
     OK = "ok"  # exit status 0
     EXITED = "exited"  # a non-zero exit status
     SIGNALED = "signaled"  # killed by a signal it did not get from the watchdog (a crash)
-    TIMED_OUT = "timed_out"  # past its wall-clock limit; killed by the watchdog
+    TIMED_OUT = "timed_out"  # past its wall-clock limit or its deadline; killed by the watchdog
     OUT_OF_MEMORY = "out_of_memory"  # over its memory limit (watchdog) or said so (ChildExit)
     TOO_MANY_TASKS = "too_many_tasks"  # more threads + processes than its limit; killed
     SPAWN_FAILED = "spawn_failed"  # the interpreter could not be started
@@ -78,10 +96,15 @@ class ChildLimits:
     """Limits of one child process tree.
 
     Attributes:
-        wall_s: Wall-clock seconds from spawn to exit.
+        wall_s: Wall-clock seconds from spawn to exit: the backstop behind any `Deadline`.
         memory_mb: Resident memory of the whole tree (sum of VmRSS), in MiB.
-        max_tasks: Threads of all processes in the tree, together.
+        max_tasks: Threads of all processes in the tree, together; once the child has armed
+            (`ChannelWriter.arm`), threads it may add to what it held when it armed.
         open_files: ``RLIMIT_NOFILE`` of each process.
+        pool_threads: Size of each of the child's own thread pools (`POOL_ENV` and the native
+            libraries' variables).
+        harness_max_tasks: Tasks of the tree before it arms, while only the trusted harness runs:
+            a backstop against a runaway, far above what pinned pools hold (about 20-40).
         address_space: Also set ``RLIMIT_AS`` to ``memory_mb`` plus ``address_slack_mb``. Only for
             CPU-only children: CUDA reserves far more virtual memory than it uses.
         address_slack_mb: Virtual memory on top of ``memory_mb`` that ``RLIMIT_AS`` allows.
@@ -91,6 +114,8 @@ class ChildLimits:
     memory_mb: int
     max_tasks: int = 64
     open_files: int = 1024
+    pool_threads: int = 4
+    harness_max_tasks: int = 512
     address_space: bool = False
     address_slack_mb: int = 4096
 
@@ -102,8 +127,23 @@ class ChildLimits:
             memory_mb=phase.memory_mb,
             max_tasks=phase.max_threads,
             open_files=phase.open_files,
+            pool_threads=phase.pool_threads,
             address_space=address_space,
         )
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When the child must have moved on from what it is doing now.
+
+    Attributes:
+        at: ``time.monotonic()`` of the parent by which the step must end.
+        what: The step and how its allowance was made, for the report
+            (``item c3-l2#1201: 90 s floor + 200 × 0.004 s plain = 90.8 s``).
+    """
+
+    at: float
+    what: str
 
 
 @dataclass(frozen=True)
@@ -117,6 +157,8 @@ class ChildResult:
         wall_s: Seconds from spawn to reaped.
         peak_rss_mb: Largest resident memory of the tree seen by the watchdog.
         peak_tasks: Largest thread + process count of the tree seen by the watchdog.
+        armed_tasks: The tree's task count when the child armed its task limit (None: never
+            armed, and ``max_tasks`` counted every task).
         messages: Every well-formed JSON object the child wrote to the channel, in order.
         stdout_tail: Last bytes of the child's stdout, decoded leniently.
         stderr_tail: Last bytes of the child's stderr.
@@ -135,15 +177,23 @@ class ChildResult:
     stderr_tail: str = ""
     detail: str = ""
     leftover_pids: tuple[int, ...] = field(default=())
+    armed_tasks: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.outcome is Outcome.OK
 
 
-def child_env(workdir: Path, env_extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The scrubbed environment of a child: an allow-list, a private home, plus ``env_extra``."""
+def child_env(workdir: Path, env_extra: Mapping[str, str] | None = None,
+              pool_threads: int = 4) -> dict[str, str]:
+    """The scrubbed environment of a child: an allow-list, a private home, pinned thread pools,
+    plus ``env_extra``."""
     env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
+    pools = str(pool_threads)
+    env.update(dict.fromkeys(_POOL_VARIABLES, pools))
+    # glibc makes up to 8 malloc arenas per core, each reserving 64 MiB of address space: on a
+    # many-core host that alone can pass RLIMIT_AS. One arena per pool thread is host-free.
+    env.update({POOL_ENV: pools, "MALLOC_ARENA_MAX": pools})
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     tmp = workdir / ".tmp"
     tmp.mkdir(exist_ok=True)
@@ -297,6 +347,8 @@ def run_child(
     env_extra: Mapping[str, str] | None = None,
     on_message: Callable[[dict[str, Any]], str | None] | None = None,
     *,
+    deadline: Callable[[], Deadline | None] | None = None,
+    arm: bool = False,
     python: str = sys.executable,
     python_flags: Sequence[str] = ("-I",),
 ) -> ChildResult:
@@ -315,6 +367,12 @@ def run_child(
         on_message: Called in the parent for every channel message as it arrives (progress);
             a string it returns is written to the child's stdin (a reply; the child may read
             its stdin as a command channel).
+        deadline: Asked at every poll for the current step's `Deadline` (None: none now); past
+            it the tree is killed as timed out with the deadline's text.
+        arm: The child is a harness that arms its task limit (`ARM_EVENT`): until it does, the
+            tree may hold ``limits.harness_max_tasks``, afterwards what it held then plus
+            ``limits.max_tasks``. Only the first arming counts. Without ``arm``, ``max_tasks``
+            counts every task.
         python: Interpreter to run.
         python_flags: Interpreter flags.
 
@@ -323,7 +381,7 @@ def run_child(
     """
     workdir = Path(workdir)
     read_fd, write_fd = os.pipe()
-    env = child_env(workdir, env_extra)
+    env = child_env(workdir, env_extra, limits.pool_threads)
     env[CHANNEL_ENV] = str(write_fd)
     out_path, err_path = workdir / ".child-stdout", workdir / ".child-stderr"
     start = time.monotonic()
@@ -353,20 +411,41 @@ def run_child(
             os.close(write_fd)
 
     _become_subreaper()
+
     def reply(text: str) -> None:
         # A child that stopped reading (or died) must not stop the parent.
         with contextlib.suppress(OSError, ValueError):
             proc.stdin.write(text.encode())
             proc.stdin.flush()
 
-    channel = _Channel(on_message, reply)
+    tree: list[int] = [proc.pid]
+    armed: list[int] = []  # the tree's task count when the child armed (at most one entry)
+
+    def on_channel(message: dict[str, Any]) -> str | None:
+        if arm and not armed and message.get("event") == ARM_EVENT:
+            # Counted while the child waits for this reply, before any submission code runs.
+            armed.append(_usage(process_tree(proc.pid))[1])
+            if on_message is not None:
+                on_message(message)  # the caller sees it (a deadline starts); its reply is ours
+            return f"{ARM_EVENT}\n"
+        return on_message(message) if on_message is not None else None
+
+    def task_limit() -> tuple[int, str]:
+        if not arm:
+            return limits.max_tasks, f"its limit of {limits.max_tasks}"
+        if not armed:
+            return limits.harness_max_tasks, f"the harness's limit of {limits.harness_max_tasks}"
+        return armed[0] + limits.max_tasks, (
+            f"its limit of {armed[0] + limits.max_tasks} (the {armed[0]} it held before the "
+            f"submission ran + {limits.max_tasks})")
+
+    channel = _Channel(on_channel, reply)
     seen: set[int] = {proc.pid}
     selector = selectors.DefaultSelector()
     os.set_blocking(read_fd, False)
     selector.register(read_fd, selectors.EVENT_READ)
     peak_rss, peak_tasks = 0.0, 0
     killed: tuple[Outcome, str] | None = None
-    tree: list[int] = [proc.pid]
     channel_open = True
     try:
         while True:
@@ -389,19 +468,25 @@ def run_child(
             seen.update(tree)
             rss, tasks = _usage(tree)
             peak_rss, peak_tasks = max(peak_rss, rss), max(peak_tasks, tasks)
-            elapsed = time.monotonic() - start
-            if elapsed > limits.wall_s:
+            now = time.monotonic()
+            due = deadline() if deadline is not None else None
+            max_tasks, limit_text = task_limit()
+            if now - start > limits.wall_s:
                 killed = (Outcome.TIMED_OUT, f"ran past its wall-clock limit of {limits.wall_s:g}s")
+            elif due is not None and now > due.at:
+                killed = (Outcome.TIMED_OUT, f"ran past its deadline: {due.what}")
             elif rss > limits.memory_mb:
                 killed = (
                     Outcome.OUT_OF_MEMORY,
                     f"resident memory {rss:.0f} MiB went over its limit of {limits.memory_mb} MiB",
                 )
-            elif tasks > limits.max_tasks:
-                killed = (
-                    Outcome.TOO_MANY_TASKS,
-                    f"{tasks} threads and processes went over its limit of {limits.max_tasks}",
-                )
+            elif armed and armed[0] > limits.harness_max_tasks:
+                killed = (Outcome.TOO_MANY_TASKS,
+                          f"{armed[0]} threads and processes before the submission ran went "
+                          f"over the harness's limit of {limits.harness_max_tasks}")
+            elif tasks > max_tasks:
+                killed = (Outcome.TOO_MANY_TASKS,
+                          f"{tasks} threads and processes went over {limit_text}")
             if killed is not None:
                 _kill_all(tree, proc.pid)
                 proc.wait()
@@ -419,8 +504,8 @@ def run_child(
                 os.waitpid(pid, 0)
         # Drain what the child wrote before it ended; a killed tree cannot write more, and the
         # deadline guards against a grandchild that escaped the group and holds the pipe open.
-        deadline = time.monotonic() + 1.0
-        while channel_open and time.monotonic() < deadline:
+        drain_until = time.monotonic() + 1.0
+        while channel_open and time.monotonic() < drain_until:
             if not selector.select(timeout=0.05):
                 continue
             try:
@@ -464,6 +549,7 @@ def run_child(
         stderr_tail=_tail(err_path),
         detail=detail,
         leftover_pids=leftover,
+        armed_tasks=armed[0] if armed else None,
     )
 
 
@@ -489,19 +575,47 @@ class ChannelWriter:
         self._file.write(json.dumps({"event": event, **fields}, default=str) + "\n")
         self._file.flush()
 
+    def arm(self) -> None:
+        """Arm the parent's task limit (`ARM_EVENT`) and wait until it has counted this tree.
+
+        Call it right before the first submission code runs: what the process holds then is
+        the harness's (pools, CUDA driver threads, Triton), and only what comes after is the
+        submission's.
+        """
+        self.send(ARM_EVENT)
+        answer = sys.stdin.readline().strip()
+        if answer != ARM_EVENT:
+            raise RuntimeError(f"the parent answered {answer!r} to {ARM_EVENT!r}, expected "
+                               f"{ARM_EVENT!r}")
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._file.close()
 
 
+def pin_pools(torch: Any) -> int:
+    """Size torch's intra- and inter-op pools from `POOL_ENV` (the parent's choice), before any
+    parallel work has started them; returns the size. Harness side, right after ``import torch``."""
+    threads = int(os.environ.get(POOL_ENV, "4"))
+    torch.set_num_threads(threads)
+    # Raises once inter-op work has started; a harness calls this first, so it never has.
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(threads)
+    return threads
+
+
 __all__ = [
+    "ARM_EVENT",
     "CHANNEL_ENV",
+    "POOL_ENV",
     "ChannelWriter",
     "ChildExit",
     "ChildLimits",
     "ChildResult",
+    "Deadline",
     "Outcome",
     "child_env",
+    "pin_pools",
     "process_tree",
     "run_child",
 ]

@@ -8,7 +8,8 @@ reported. Nothing the child computed is taken as a verdict. From the raw per-rou
 module computes, per shape:
 
 - medians of t_plain, t_ref and t_sub, and r = t_plain/t_sub, g = t_plain/t_ref as medians of
-  per-round paired ratios with bootstrap intervals (`grader.stats`);
+  per-round paired ratios with bootstrap intervals that resample whole visits (`grader.stats`
+  says why: rounds of one visit share the device's slow state);
 - the bandwidth floor: every sample of every block must be at least the bytes a step must move
   over the GPU's peak bandwidth (`grader.plausibility`);
 - the clock bound: the timed windows of a shape add up to no more than the parent saw pass
@@ -28,6 +29,7 @@ own reasons in the report.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 import os
@@ -41,10 +43,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
+import torch
 
-from grader import plausibility, stats, telemetry
-from grader.config import TIMED_BLOCKS, Profile, Score, ScoringConfig, Shape
-from grader.report import ShapeTiming, TimingReport
+from grader import deadlines, plausibility, stats, telemetry
+from grader.config import TIMED_BLOCKS, DeadlineRule, Profile, Score, ScoringConfig, Shape
+from grader.orders import williams_orders
+from grader.report import ShapeSamples, ShapeTiming, TimingReport
+from grader.sandbox import ARM_EVENT, Deadline
 
 CHILD_SCRIPT = Path(__file__).resolve().parent / "child_timing.py"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +70,13 @@ HOST_SLACK_MS = 0.5
 # Grades of one input shape on one GPU draw the same rounds in the bootstrap: intervals are a
 # property of the samples, not of the draw.
 BOOTSTRAP_SEED = stats.DEFAULT_SEED
+# The timing child times each shape in visits of one whole cycle of run orders (6 rounds; see
+# `_time_interleaved` in grader/child_timing.py), the shapes taking turns: round i of every shape
+# belongs to visit i // VISIT_ROUNDS, and visit v of all shapes is one stretch of time.
+VISIT_ROUNDS = len(williams_orders(BLOCKS))
+# Whole visits are resampled, read as Hesterberg's expanded percentile interval (grader/stats.py
+# says why; bench/interval_coverage.py measures it against the others).
+INTERVAL_METHOD = stats.IntervalMethod.VISITS
 
 
 class TimingStatus(enum.StrEnum):
@@ -109,16 +121,101 @@ class RawShape:
 
 @dataclass(frozen=True)
 class ShapeVerdict:
-    """Analysis of one shape: the report row plus the bootstrap draws of its score."""
+    """Analysis of one shape: the report row plus the bootstrap draws of its score.
+
+    Attributes:
+        timing: The report's row.
+        status: ok, or why not.
+        score_draws: The score in each resample of ``bootstrap`` (None unless ok).
+        bootstrap: The grade's bootstrap the draws came from; `task_score` reads its interval
+            with it.
+    """
 
     timing: ShapeTiming
     status: TimingStatus
     score_draws: np.ndarray | None = None
+    bootstrap: stats.Bootstrap | None = None
+
+
+@dataclass(frozen=True)
+class ShapeEstimate:
+    """r, g and the score of one shape with their intervals, from one grade's bootstrap.
+
+    Attributes:
+        r: ``t_plain / t_sub``, median of per-round ratios, with its interval.
+        g: ``t_plain / t_ref``, likewise.
+        score: SPEC §5's score of (r, g).
+        score_ci: Its interval: the score of each resample's (r, g), read as ``bootstrap`` says.
+        score_draws: The score in each resample, for the task score's interval.
+    """
+
+    r: stats.RatioEstimate
+    g: stats.RatioEstimate
+    score: float
+    score_ci: stats.Interval
+    score_draws: np.ndarray
 
 
 def score_from(score: Score, r: float, g: float) -> float:
     """SPEC §5's shape score (delegates to `grader.config.Score.shape_score`)."""
     return score.shape_score(r, g)
+
+
+@functools.lru_cache(maxsize=16)
+def grade_bootstrap(
+    rounds: int,
+    method: stats.IntervalMethod = INTERVAL_METHOD,
+    resamples: int = stats.DEFAULT_RESAMPLES,
+    visit_rounds: int = VISIT_ROUNDS,
+) -> stats.Bootstrap:
+    """The bootstrap every shape of a grade with ``rounds`` timed rounds shares.
+
+    Drawn once (and cached): r, g and the score of every shape resample the same visits, so the
+    task score's interval keeps the correlation of shapes timed in the same stretch of time.
+    """
+    boot = stats.Bootstrap.build(method, stats.visits_of(rounds, visit_rounds),
+                                 resamples=resamples, seed=BOOTSTRAP_SEED)
+    boot.indices.flags.writeable = False  # shared by every caller of the cache
+    return boot
+
+
+def estimate_shape(samples: ShapeSamples, score: Score,
+                   bootstrap: stats.Bootstrap) -> ShapeEstimate:
+    """r, g and the score of one shape's samples with the intervals of ``bootstrap``.
+
+    The estimates are medians of per-round paired ratios whatever the bootstrap; only the
+    intervals depend on it.
+
+    Raises:
+        ValueError: A time that is not finite and positive, or a bootstrap of another length.
+    """
+    if bootstrap.indices.shape[1] != len(samples.plain_ms):
+        raise ValueError(f"bootstrap resamples {bootstrap.indices.shape[1]} rounds, the shape "
+                         f"has {len(samples.plain_ms)}")
+    r_ratios = stats.paired_ratios(samples.plain_ms, samples.sub_ms)
+    g_ratios = stats.paired_ratios(samples.plain_ms, samples.ref_ms)
+    r_draws, g_draws = bootstrap.medians(r_ratios), bootstrap.medians(g_ratios)
+    r_value, g_value = float(np.median(r_ratios)), float(np.median(g_ratios))
+    draws = np.array([score.shape_score(a, b) for a, b in zip(r_draws, g_draws, strict=True)])
+    value = score.shape_score(r_value, g_value)
+    return ShapeEstimate(
+        r=stats.RatioEstimate(r_value, bootstrap.interval(r_draws, r_value)),
+        g=stats.RatioEstimate(g_value, bootstrap.interval(g_draws, g_value)),
+        score=value, score_ci=bootstrap.interval(draws, value), score_draws=draws)
+
+
+def weighted_score(weights: Sequence[float], scores: Sequence[float],
+                   draws: Sequence[np.ndarray],
+                   bootstrap: stats.Bootstrap) -> tuple[float, stats.Interval]:
+    """SPEC §5's task score, the weighted mean of shape scores, and its interval.
+
+    ``draws[s][k]`` is shape s's score in resample k of the one ``bootstrap`` every shape shares,
+    so resample k's task score is the weighted mean over shapes of column k.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    value = float(np.dot(w, np.asarray(scores, dtype=np.float64)) / w.sum())
+    mean_draws = w @ np.stack(list(draws)) / w.sum()  # (shapes,) @ (shapes, resamples)
+    return value, bootstrap.interval(mean_draws, value)
 
 
 def _fail(label: str, status: TimingStatus, reason: str, **values: Any) -> ShapeVerdict:
@@ -135,8 +232,14 @@ def analyze_shape(
     expansion: int,
     rounds: int,
     resamples: int = stats.DEFAULT_RESAMPLES,
+    bootstrap: stats.Bootstrap | None = None,
 ) -> ShapeVerdict:
-    """Judge one shape's raw samples: counts, floor, clocks, checks, tail, then r, g and score."""
+    """Judge one shape's raw samples: counts, floor, clocks, checks, tail, then r, g and score.
+
+    The intervals come from ``bootstrap``, by default the grade's (`grade_bootstrap`: whole
+    visits of `VISIT_ROUNDS` rounds resampled, shared by every shape). The verdict's row carries
+    the samples from the first check on, so a failed shape's numbers can be looked at too.
+    """
     label = raw.shape.label
     for name in BLOCKS:
         for key, table in (("window", raw.window_ms), ("tail", raw.tail_ms),
@@ -150,7 +253,13 @@ def analyze_shape(
     except ValueError as exc:
         return _fail(label, TimingStatus.IMPLAUSIBLE, str(exc))
     medians = {n: float(np.median(windows[n])) for n in BLOCKS}
-    values = dict(t_plain_ms=medians["plain"], t_ref_ms=medians["ref"], t_sub_ms=medians["sub"])
+    boot = bootstrap if bootstrap is not None else grade_bootstrap(rounds, resamples=resamples)
+    samples = ShapeSamples(plain_ms=tuple(windows["plain"].tolist()),
+                           ref_ms=tuple(windows["ref"].tolist()),
+                           sub_ms=tuple(windows["sub"].tolist()),
+                           visit=tuple(stats.visits_of(rounds, VISIT_ROUNDS).tolist()))
+    values = dict(t_plain_ms=medians["plain"], t_ref_ms=medians["ref"], t_sub_ms=medians["sub"],
+                  samples=samples)
 
     bytes_moved = plausibility.step_bytes(batch=raw.shape.batch, length=raw.shape.length,
                                           channels=channels, expansion=expansion,
@@ -186,35 +295,34 @@ def analyze_shape(
                      f"timed {worst_key} differs from plain PyTorch: utilisation {worst:.3g} > "
                      f"{raw.slack:g}", **values)
 
-    tail = float(np.median(np.asarray(raw.tail_ms["sub"], dtype=np.float64)))
-    values["tail_ms"] = tail
+    tails = {n: float(np.median(np.asarray(raw.tail_ms[n], dtype=np.float64))) for n in BLOCKS}
+    values["tail_ms"] = tails["sub"]
+    # What the submission's tail holds beyond the baselines' in the same rounds: a neighbour on
+    # the GPU (another grade, time-sliced with this one) delays every block's closing event
+    # alike, and must not read as the submission's side-stream work.
+    baseline_tail = max(tails["plain"], tails["ref"])
+    tail = tails["sub"] - baseline_tail
     tail_limit = max(TAIL_LIMIT_MS, TAIL_LIMIT_FRACTION * medians["sub"])
     if tail > tail_limit:
         return _fail(label, TimingStatus.RULE_BROKEN,
-                     f"work kept running for {tail:.3g} ms (median) after the step returned on "
-                     f"the caller's stream (limit {tail_limit:.3g} ms): it ran on a stream the "
+                     f"work kept running for {tails['sub']:.3g} ms (median) after the step "
+                     f"returned on the caller's stream, {tail:.3g} ms more than the baselines' "
+                     f"{baseline_tail:.3g} ms (limit {tail_limit:.3g} ms): it ran on a stream the "
                      "caller never waited for", **values)
 
-    idx = stats.resample_indices(rounds, resamples, BOOTSTRAP_SEED)
-    r = stats.ratio_estimate(windows["plain"], windows["sub"], idx)
-    g = stats.ratio_estimate(windows["plain"], windows["ref"], idx)
-    r_draws = stats.bootstrap_medians(windows["plain"] / windows["sub"], idx)
-    g_draws = stats.bootstrap_medians(windows["plain"] / windows["ref"], idx)
-    draws = np.array([score.shape_score(a, b) for a, b in zip(r_draws, g_draws, strict=True)])
-    value = score.shape_score(r.value, g.value)
-    ci = stats.percentile_interval(draws)
+    est = estimate_shape(samples, score, boot)
     timing = ShapeTiming(
         label=label,
-        r=r.value,
-        g=g.value,
-        r_ci=(r.ci.low, r.ci.high),
-        g_ci=(g.ci.low, g.ci.high),
-        score=value,
-        score_ci=(min(ci.low, value), max(ci.high, value)),
+        r=est.r.value,
+        g=est.g.value,
+        r_ci=(est.r.ci.low, est.r.ci.high),
+        g_ci=(est.g.ci.low, est.g.ci.high),
+        score=est.score,
+        score_ci=(est.score_ci.low, est.score_ci.high),
         weight=score.dtype_weights[raw.shape.dtype],
         **values,
     )
-    return ShapeVerdict(timing, TimingStatus.OK, draws)
+    return ShapeVerdict(timing, TimingStatus.OK, est.score_draws, boot)
 
 
 def _as_util(value: Any) -> float:
@@ -227,16 +335,25 @@ def _as_util(value: Any) -> float:
 
 
 def task_score(verdicts: Sequence[ShapeVerdict]) -> tuple[float, tuple[float, float] | None]:
-    """Weighted mean of shape scores (SPEC §5) and its bootstrap interval; 0 if any failed."""
+    """Weighted mean of shape scores (SPEC §5) and its bootstrap interval; 0 if any failed.
+
+    Raises:
+        ValueError: The shapes were resampled with different bootstraps (a grader bug: the task
+            score's interval needs one resample to mean the same visits for every shape).
+    """
     if not verdicts or any(v.status is not TimingStatus.OK for v in verdicts):
         return 0.0, None
-    weights = np.array([v.timing.weight for v in verdicts], dtype=np.float64)
-    scores = np.array([v.timing.score for v in verdicts], dtype=np.float64)
-    value = float(np.dot(weights, scores) / weights.sum())
-    draws = np.stack([v.score_draws for v in verdicts])  # (shapes, resamples)
-    mean_draws = weights @ draws / weights.sum()
-    ci = stats.percentile_interval(mean_draws)
-    return value, (min(ci.low, value), max(ci.high, value))
+    boot = verdicts[0].bootstrap
+    for v in verdicts:
+        if v.bootstrap is None or not (v.bootstrap is boot or (
+                v.bootstrap.level == boot.level
+                and np.array_equal(v.bootstrap.indices, boot.indices))):
+            raise ValueError(f"{v.timing.label} was resampled with another bootstrap than "
+                             f"{verdicts[0].timing.label}")
+    value, ci = weighted_score([v.timing.weight for v in verdicts],
+                               [v.timing.score for v in verdicts],
+                               [v.score_draws for v in verdicts], boot)
+    return value, (ci.low, ci.high)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -248,22 +365,87 @@ def _bar(done: int, total: int, width: int = 24) -> str:
 
 
 @dataclass
+class _Stages:
+    """The timing child's deadlines (`grader.deadlines`): each stage it announces gets
+    ``floor + multiple × t_plain`` of the work it stands for, counted in the plain block's steps
+    of each shape as the parent measured them before the child started.
+
+    Stages: the import (from arming to the first shape), each shape's warm-up (the last one's
+    also holds the untimed round of every shape and the first timed visit), each later timed
+    visit, each shape's closing census, the exit.
+    """
+
+    rule: DeadlineRule
+    plain_s: Sequence[float]
+    warmup: int
+    rounds: int
+    per_visit: int
+    due: Deadline | None = None
+    visit: int = 0
+
+    def start(self, what: str, plain_s: float) -> None:
+        self.due = Deadline(time.monotonic() + self.rule.seconds(plain_s),
+                            f"{what}: {self.rule.describe(plain_s)}")
+
+    def visit_rounds(self, visit: int) -> int:
+        """Timed rounds of each shape in visit ``visit`` (1-based; the last may be partial)."""
+        return max(0, min(self.per_visit, self.rounds - (visit - 1) * self.per_visit))
+
+    def on(self, event: str, index: int | None, visit: int | None, label: str) -> None:
+        """Move on to the stage that ``event`` opens (called for accepted messages only)."""
+        every = sum(self.plain_s)
+        last = len(self.plain_s) - 1
+        if event == ARM_EVENT and self.due is None:
+            self.start("importing solution.py and building the first shape", 0.0)
+        elif event == "shape_start" and index is not None:
+            work = self.warmup * self.plain_s[index]
+            what = f"warming up {label}"
+            if index == last:
+                work += every * (1 + self.visit_rounds(1))
+                what += ", one untimed round of every shape and the first timed visit"
+            self.start(what, work)
+        elif event == "progress" and visit == self.visit + 1:
+            self.visit = visit
+            if self.visit_rounds(visit + 1):
+                self.start(f"timed visit {visit + 1}", every * self.visit_rounds(visit + 1))
+            else:
+                self.start("the closing census of the first shape", self.plain_s[0])
+        elif event == "shape_done" and index is not None:
+            if index < last:
+                self.start("the closing census of the next shape", self.plain_s[index + 1])
+            else:
+                self.start("ending the timing child", 0.0)
+
+
+@dataclass
 class _Listener:
-    """Receives the child's messages: stamps them, snapshots telemetry, draws progress."""
+    """Receives the child's messages: stamps them, snapshots telemetry, draws progress, moves
+    the deadline."""
 
     shapes: Sequence[Shape]
     progress: TextIO | None
+    stages: _Stages | None = None
     uuid: str | None = None
     started: dict[int, float] = field(default_factory=dict)
     finished: dict[int, float] = field(default_factory=dict)
     snapshots: list[telemetry.GpuSnapshot] = field(default_factory=list)
     messages: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
+    def deadline(self) -> Deadline | None:
+        return self.stages.due if self.stages is not None else None
+
+    def _stage(self, event: str, index: int | None = None, visit: int | None = None) -> None:
+        if self.stages is not None:
+            label = self.shapes[index].label if index is not None else ""
+            self.stages.on(event, index, visit, label)
+
     def __call__(self, message: dict[str, Any]) -> None:
         now = time.monotonic()
         self.messages.append((now, message))
         event = message.get("event")
         index = message.get("index")
+        if event == ARM_EVENT:
+            self._stage(event)
         if event == "hello":
             device = message.get("device")
             if isinstance(device, dict) and isinstance(device.get("uuid"), str):
@@ -275,6 +457,7 @@ class _Listener:
             if index in seen or (event == "shape_done" and index not in self.started):
                 return  # a repeat or an out-of-order message: the child's claims decide nothing
             seen[index] = now
+            self._stage(event, index)
             label = self.shapes[index].label
             when = "before" if event == "shape_start" else "after"
             self.snapshots.append(telemetry.snapshot(f"{when} {label}", uuid=self.uuid))
@@ -282,6 +465,7 @@ class _Listener:
         elif event == "progress":
             visit, visits = message.get("visit"), message.get("visits")
             if isinstance(visit, int) and isinstance(visits, int) and 0 < visit <= visits:
+                self._stage(event, visit=visit)
                 if visit in (1, visits):
                     # The GPU's state while all shapes are timed: after the first visit and
                     # after the last.
@@ -433,7 +617,19 @@ def run_timing(
     prof = config.timing.profiles[name]
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
-    listener = _Listener(prof.shapes, progress)
+    # The plain block's step on every shape, measured here before the child holds the device:
+    # the unit of the child's deadlines.
+    block_args = dict(expansion=config.block.expansion, eps=config.block.eps,
+                      residual_scale=config.block.residual_scale)
+    where = "cpu" if dry_run_on_cpu else f"cuda:{gpu if gpu is not None else 0}"
+    # A parent that cannot see the GPU (tests with a stand-in child) gives every stage its floor.
+    measurable = dry_run_on_cpu or torch.cuda.is_available()
+    plain_s = [deadlines.shape_step_seconds(s.batch, s.length, config.block.channels, s.dtype,
+                                            dict(block_args, dilation=s.dilation), where)
+               if measurable else 0.0 for s in prof.shapes]
+    stages = _Stages(config.limits.deadlines.for_device(where), plain_s, prof.warmup,
+                     prof.rounds, VISIT_ROUNDS)
+    listener = _Listener(prof.shapes, progress, stages)
     with tempfile.TemporaryDirectory(prefix="timing-") as tmp:
         workdir = Path(tmp) / "work"
         shutil.copytree(submission_root, workdir, ignore=shutil.ignore_patterns(".git"))
@@ -443,7 +639,8 @@ def run_timing(
                                             device="cpu" if dry_run_on_cpu else "cuda")))
         limits = ChildLimits.from_phase(config.limits.timing)
         result = run_child(CHILD_SCRIPT, workdir, [str(REPO_ROOT), str(job_path)], limits,
-                           env_extra=env, on_message=listener, python=python)
+                           env_extra=env, on_message=listener, python=python,
+                           deadline=listener.deadline, arm=True)
     if on_child is not None:
         on_child(result)
 
@@ -515,6 +712,10 @@ def run_timing(
             "child_outcome": result.outcome.value,
             "child_peak_rss_mb": result.peak_rss_mb,
             "child_peak_tasks": result.peak_tasks,
+            "child_armed_tasks": result.armed_tasks,
+            "gpu_memory_accounting": next((m.get("gpu_memory") for _, m in listener.messages
+                                           if m.get("event") == "accounting"), None),
+            "plain_step_s": plain_s,
             "child_stderr_tail": result.stderr_tail[-2000:],
             "load_s": next((m.get("seconds") for _, m in listener.messages
                             if m.get("event") == "loaded"), None),
@@ -546,7 +747,8 @@ def render_table(report: TimingReport) -> str:
             f"{'r':>6} {'r 95% CI':<16} {'g':>6} {'g 95% CI':<16} {'score':>6} "
             f"{'score 95% CI':<16} status")
     lines = [f"timing profile {report.profile}: {report.rounds} rounds after {report.warmup} "
-             "warm-up rounds, medians of per-round paired ratios, 95% bootstrap intervals", head]
+             "warm-up rounds, medians of per-round paired ratios, 95% bootstrap intervals "
+             f"resampling whole visits of {VISIT_ROUNDS} rounds", head]
     for s in report.shapes:
         status = s.status if s.status == "ok" else f"{s.status}: {s.reason}"
         lines.append(
@@ -559,12 +761,18 @@ def render_table(report: TimingReport) -> str:
 
 
 __all__ = [
+    "INTERVAL_METHOD",
+    "VISIT_ROUNDS",
     "RawShape",
+    "ShapeEstimate",
     "ShapeVerdict",
     "TimingStatus",
     "analyze_shape",
+    "estimate_shape",
+    "grade_bootstrap",
     "render_table",
     "run_timing",
     "score_from",
     "task_score",
+    "weighted_score",
 ]

@@ -63,6 +63,7 @@ class Expected:
     gpu_only: bool = False
     gate_wall_s: float | None = None
     gate_memory_mb: int | None = None
+    deadline_floor_s: float | None = None  # the deadlines' floor, to catch a hang in CI time
     xfail: str = ""  # why the grader cannot catch it yet (the test is a strict xfail)
 
     @property
@@ -91,6 +92,7 @@ def expected_of(name: str) -> Expected:
         gpu_only=bool(consts.get("GPU_ONLY", False)),
         gate_wall_s=consts.get("GATE_WALL_S"),
         gate_memory_mb=consts.get("GATE_MEMORY_MB"),
+        deadline_floor_s=consts.get("DEADLINE_FLOOR_S"),
         xfail=consts.get("XFAIL", ""),
     )
 
@@ -124,8 +126,11 @@ def reference_workspace(path: Path) -> Path | None:
 
 
 def ci_config(path: Path, cases: tuple[str, ...] = CI_CASES, *, gate_wall_s: float | None = None,
-              gate_memory_mb: int | None = None) -> Path:  # fmt: skip
-    """scoring.yaml with a reduced case list (one seed each) and optional gate limits."""
+              gate_memory_mb: int | None = None, deadline_floor_s: float | None = None,
+              pool_threads: int | None = None) -> Path:  # fmt: skip
+    """scoring.yaml with a reduced case list (one seed each) and optional gate limits: the
+    deadlines' floor (both devices), and the children's pool size (every phase; 64 is what an
+    unpinned child would hold on a 64-core host)."""
     data = yaml.safe_load((REPO / "scoring.yaml").read_text())
     kept = [dict(c, seeds=c["seeds"][:1]) for c in data["correctness"]["cases"]
             if c["name"] in cases]  # fmt: skip
@@ -137,6 +142,12 @@ def ci_config(path: Path, cases: tuple[str, ...] = CI_CASES, *, gate_wall_s: flo
         data["limits"]["gate"]["wall_s"] = gate_wall_s
     if gate_memory_mb is not None:
         data["limits"]["gate"]["memory_mb"] = gate_memory_mb
+    if deadline_floor_s is not None:
+        for rule in data["limits"]["deadlines"].values():
+            rule["floor_s"] = deadline_floor_s
+    if pool_threads is not None:
+        for phase in ("load", "gate", "timing"):
+            data["limits"][phase]["pool_threads"] = pool_threads
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from grader.config import DEFAULT_PATH, ConfigError, load_config
+from task.inputs import FAMILIES
 
 
 def test_shipped_config_loads():
@@ -20,7 +21,7 @@ def test_shipped_config_loads():
     assert config.budget("float32").grad_rel == 3e-3
     assert config.smoke_cases(), "the CPU grade needs smoke cases"
     families = {c.family for c in config.correctness.cases}
-    assert families == {"normal", "offset", "scale", "tiny"}
+    assert families == set(FAMILIES)
     assert {c.dtype for c in config.correctness.cases} == {"float32", "bfloat16", "float16"}
     # SPEC §3: the offset family runs at production length, where fp32 sums are long.
     assert max(c.length for c in config.correctness.cases if c.family == "offset") >= 4096
@@ -28,6 +29,24 @@ def test_shipped_config_loads():
     lengths = {c.length for c in config.correctness.cases}
     assert {127, 128, 129} <= lengths
     assert any(c.dilation > c.length for c in config.correctness.cases)
+
+
+def test_structured_families_are_covered():
+    """The families that are not i.i.d. run in every dtype, fp32 at production length, at
+    lengths that leave a partial tile, on the CPU grade (smoke), and the outlier with batch ≥ 2."""
+    config = load_config()
+    cases = [*config.correctness.cases, *config.correctness.drift.cases]
+    for family in ("ramp", "burst", "outlier"):
+        mine = [c for c in config.correctness.cases if c.family == family]
+        assert {c.dtype for c in mine} == {"float32", "bfloat16", "float16"}, family
+        assert any(c.smoke for c in mine), f"{family}: no smoke case"
+        assert any(c.length % 64 for c in mine), f"{family}: every length a multiple of 64"
+        assert all(c.batch >= 2 for c in mine if family == "outlier"), [c.name for c in mine]
+    assert max(c.length for c in config.correctness.cases
+               if c.family in ("ramp", "burst") and c.dtype == "float32") >= 8192
+    # Public seeds are unique: two cases with one seed and one shape would draw the same values.
+    seeds = [s for c in cases for s in c.seeds]
+    assert len(seeds) == len(set(seeds)), sorted(s for s in seeds if seeds.count(s) > 1)
 
 
 def test_profile_for_gpu():

@@ -35,7 +35,8 @@ CPU_ENTRIES = [
 def test_corpus_verdict(name: str, tmp_path: Path) -> None:
     expected = expected_of(name)
     config = ci_config(tmp_path / "scoring.yaml", gate_wall_s=expected.gate_wall_s,
-                       gate_memory_mb=expected.gate_memory_mb)  # fmt: skip
+                       gate_memory_mb=expected.gate_memory_mb,
+                       deadline_floor_s=expected.deadline_floor_s)  # fmt: skip
     ws = corpus_workspace(name, tmp_path / "ws")
     run = run_grade(ws, config, tmp_path / "report.json", "--cpu")
     assert_verdict(run, expected)

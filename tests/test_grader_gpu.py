@@ -6,12 +6,18 @@ real workspace, with the reduced CI case list except where the whole gate is the
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from grader_helpers import (
+    REPO,
     assert_verdict,
     ci_config,
+    corpus_entries,
     corpus_workspace,
     expected_of,
     reference_workspace,
@@ -54,3 +60,39 @@ def test_reference_copy_passes_ci_gate_on_gpu(tmp_path: Path) -> None:
     run = run_grade(ws, ci_config(tmp_path / "s.yaml"), tmp_path / "r.json", "--profile", "smoke")
     assert all(c.passed for c in run.report.cases), run.report.reasons
     assert not [f for f in run.report.findings if f.severity.value == "violation"], run.report
+
+
+# Every other entry: its verdict on the GPU too. GRADER_TEST_POOL_THREADS=64 sizes the children's
+# pools as an unpinned child's would be on a 64-core host; run with pytest-xdist (-n 4) and the
+# grades are each other's neighbours on the GPU.
+POOL_THREADS = int(os.environ.get("GRADER_TEST_POOL_THREADS", "0")) or None
+
+
+@pytest.mark.parametrize("name", [n for n in corpus_entries() if n not in GPU_ENTRIES])
+def test_every_corpus_entry_on_gpu(name: str, tmp_path: Path) -> None:
+    expected = expected_of(name)
+    ws = corpus_workspace(name, tmp_path / "ws")
+    config = ci_config(tmp_path / "s.yaml", gate_wall_s=expected.gate_wall_s,
+                       gate_memory_mb=expected.gate_memory_mb,
+                       deadline_floor_s=expected.deadline_floor_s, pool_threads=POOL_THREADS)
+    run = run_grade(ws, config, tmp_path / "r.json", "--profile", "smoke")
+    assert_verdict(run, expected, untimed_pass=False)
+    assert run.report.system.device.startswith("cuda")
+
+
+def test_gpu_memory_accounting_ignores_a_neighbour() -> None:
+    """This process holds 4 GiB on the GPU; a child reading its own memory from NVML sees only
+    its own context and pool."""
+    import torch
+
+    hog = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+    code = ("import json, torch; from grader import child_timing; torch.empty(1, device='cuda'); "
+            "print(json.dumps(child_timing._process_gpu_bytes(torch)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    used, how = json.loads(out.stdout.splitlines()[-1])
+    del hog
+    if used is None:
+        pytest.skip(f"NVML cannot account per process here: {how}")
+    assert how == "nvml per-process"
+    assert 0 < used < 2 << 30, used

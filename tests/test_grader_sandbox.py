@@ -128,3 +128,95 @@ except OSError:
 """
     r = run(tmp_path, body)
     assert r.messages and r.messages[0]["n"] < 64
+
+
+# ----------------------------------------------------------------------------- any host
+
+# What a harness on a many-core host holds before the submission runs: pools sized by the
+# host's cores (here 40 sleeping threads), then it arms, then the submission adds its own.
+_POOLS_THEN_ARM = """
+import threading
+for _ in range({pools}):
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+send(event="armed")
+send(event="reply", line=sys.stdin.readline().strip())
+for _ in range({added}):
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+send(event="added")
+time.sleep(1.0)
+"""
+
+
+def test_armed_limit_counts_only_what_is_added(tmp_path: Path) -> None:
+    """40 threads of the harness's own (a 40-core host's pools) are over max_tasks=16 but were
+    there before the child armed: only what comes after counts."""
+    limits = ChildLimits(wall_s=20, memory_mb=400, max_tasks=16)
+    r = run(tmp_path, _POOLS_THEN_ARM.format(pools=40, added=8), limits, arm=True)
+    assert r.outcome is Outcome.OK, r.detail
+    assert r.armed_tasks is not None and r.armed_tasks >= 41
+    assert r.peak_tasks > limits.max_tasks
+    assert [m["line"] for m in r.messages if m["event"] == "reply"] == ["armed"]
+    # The same child without arming: 40 threads are over the absolute limit.
+    r = run(tmp_path, _POOLS_THEN_ARM.format(pools=40, added=8), limits)
+    assert r.outcome is Outcome.TOO_MANY_TASKS
+
+
+def test_armed_limit_still_stops_what_the_submission_adds(tmp_path: Path) -> None:
+    r = run(tmp_path, _POOLS_THEN_ARM.format(pools=40, added=40),
+            ChildLimits(wall_s=20, memory_mb=400, max_tasks=16), arm=True)
+    assert r.outcome is Outcome.TOO_MANY_TASKS
+    assert f"the {r.armed_tasks} it held before the submission ran + 16" in r.detail
+
+
+def test_only_the_first_arming_counts(tmp_path: Path) -> None:
+    """A second 'armed' (the submission writing to the channel) does not move the baseline."""
+    body = _POOLS_THEN_ARM.format(pools=2, added=0) + """
+for _ in range(40):
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+send(event="armed")
+time.sleep(1.0)
+"""
+    r = run(tmp_path, body, ChildLimits(wall_s=20, memory_mb=400, max_tasks=16), arm=True)
+    assert r.outcome is Outcome.TOO_MANY_TASKS
+
+
+def test_harness_limit_before_arming(tmp_path: Path) -> None:
+    r = run(tmp_path, _POOLS_THEN_ARM.format(pools=60, added=0),
+            ChildLimits(wall_s=20, memory_mb=400, max_tasks=16, harness_max_tasks=32), arm=True)
+    assert r.outcome is Outcome.TOO_MANY_TASKS
+    assert "over the harness's limit of 32" in r.detail
+
+
+def test_deadline_ends_a_hang_before_the_wall(tmp_path: Path) -> None:
+    """The caller's deadline moves with the child's progress; a step past it is a hang."""
+    from grader.sandbox import Deadline
+
+    due: list[Deadline] = []
+
+    def on_message(message: dict) -> None:
+        due[:] = [Deadline(time.monotonic() + 1.0, f"step {message['i']}: 1 s")]
+
+    body = "for i in range(3):\n    send(event='step', i=i)\n    time.sleep(0.2 if i < 2 else 60)"
+    start = time.monotonic()
+    r = run(tmp_path, body, ChildLimits(wall_s=60, memory_mb=400), on_message=on_message,
+            deadline=lambda: due[0] if due else None)
+    assert r.outcome is Outcome.TIMED_OUT
+    assert r.detail == "ran past its deadline: step 2: 1 s"
+    assert time.monotonic() - start < 10
+
+
+def test_pools_are_pinned_whatever_the_host(tmp_path: Path) -> None:
+    """The child's pools are the parent's choice: 3 threads on this host whatever its cores,
+    and torch's pools follow once a harness pins them."""
+    body = """
+import torch
+from grader.sandbox import pin_pools
+send(event="env", omp=os.environ.get("OMP_NUM_THREADS"), arena=os.environ.get("MALLOC_ARENA_MAX"),
+     pinned=pin_pools(torch), intra=torch.get_num_threads(), inter=torch.get_num_interop_threads())
+"""
+    repo = Path(__file__).resolve().parent.parent
+    r = run(tmp_path, f"sys.path.insert(0, {str(repo)!r})\n" + body,
+            ChildLimits(wall_s=60, memory_mb=4000, pool_threads=3))
+    assert r.outcome is Outcome.OK, r.stderr_tail
+    (msg,) = r.messages
+    assert msg == {"event": "env", "omp": "3", "arena": "3", "pinned": 3, "intra": 3, "inter": 3}

@@ -60,7 +60,8 @@ def _run_subprocess(specs: list[dict[str, Any]]) -> list[dict[str, float]]:
 LENGTHS = (1, 2, 9, 33)
 KERNEL_GRID = [(dtype, channels) for dtype in ("float32", "float16") for channels in (1, 3, 5, 16)]
 SMOKE_CASES = ["c1-l1", "c3-l2", "c5-l9-d4", "c8-l17-d20", "c7-l33-d2-f16", "c16-l1024-offset",
-               "c12-l40-e1", "drift-c9-l20-d3"]
+               "c12-l40-e1", "c33-l96-d3-ramp", "c31-l64-d2-burst", "c17-l32-b3-outlier",
+               "drift-c9-l20-d3"]
 
 
 def kernel_specs(dtype: str, channels: int) -> list[dict[str, Any]]:
@@ -174,6 +175,16 @@ def test_conv_norm_split_channels_and_residues(interpreted: dict) -> None:
 def test_block_matches_oracle(interpreted: dict, case: str) -> None:
     """The whole reference block's output and four gradients on scoring.yaml's smoke cases."""
     assert_within(block_specs(case), results_of(interpreted, f"block-{case}"))
+
+
+def test_smoke_cases_are_all_interpreted() -> None:
+    """Every smoke case of scoring.yaml (the ones a CPU grade runs) is in SMOKE_CASES."""
+    from grader.config import load_config
+
+    cfg = load_config()
+    smoke = {c.name for c in (*cfg.correctness.cases, *cfg.correctness.drift.cases) if c.smoke}
+    assert smoke == set(SMOKE_CASES), (sorted(smoke - set(SMOKE_CASES)),
+                                       sorted(set(SMOKE_CASES) - smoke))
 
 
 def test_block_zero_weight_identity(interpreted: dict) -> None:

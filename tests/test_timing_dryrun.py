@@ -9,7 +9,9 @@ in test_timing_gpu.py.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import time
 
 import pytest
 from timing_workspace import CORPUS, make_workspace, with_profile
@@ -57,3 +59,20 @@ def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_ca
                          "1/2 timed visits (all 2 shapes in turn)",
                          "2/2 timed visits (all 2 shapes in turn)",
                          f"1/2 timed {a}", f"2/2 timed {b}"], progress.getvalue()
+
+
+@pytest.mark.slow
+def test_a_hang_while_timed_ends_at_its_stage_deadline(tmp_path, triton_cache) -> None:
+    """The hang comes after the warm-ups, in a timed visit: the visit's deadline ends it."""
+    rule = dataclasses.replace(CONFIG.limits.deadlines.cpu, floor_s=30.0, plain_multiple=300.0)
+    config = dataclasses.replace(CONFIG, limits=dataclasses.replace(
+        CONFIG.limits, deadlines=dataclasses.replace(CONFIG.limits.deadlines, cpu=rule)))
+    ws = make_workspace(tmp_path / "ws",
+                        (CORPUS / "hangs_while_timed" / "solution.py").read_text())
+    started = time.monotonic()
+    report = run_timing(ws, config, profile="dry", progress=None, triton_cache=triton_cache,
+                        dry_run_on_cpu=True)
+    assert report.status == "timed_out", report.reason
+    assert "ran past its deadline: timed visit" in report.reason, report.reason
+    assert report.score == 0.0
+    assert time.monotonic() - started < 240

@@ -7,6 +7,7 @@ how it works and an ``Expected: <status> (<reason substring>)`` line.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -23,6 +24,12 @@ from grader.timing import run_timing
 
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "solution.py").exists())
 CONFIG = with_profile(load_config(), "corpus", small_profile())
+# A 45 s floor, not 90: kernels compile once for the whole corpus (the shared cache below), and
+# the hang case then ends sooner.
+CONFIG = dataclasses.replace(CONFIG, limits=dataclasses.replace(
+    CONFIG.limits, deadlines=dataclasses.replace(
+        CONFIG.limits.deadlines,
+        gpu=dataclasses.replace(CONFIG.limits.deadlines.gpu, floor_s=45.0))))
 
 
 @pytest.fixture(scope="session")
@@ -62,4 +69,4 @@ def test_every_case_declares_its_verdict() -> None:
     assert len(CASES) >= 14
     for case in CASES:
         for status, _ in expected_verdicts(CORPUS / case):
-            assert status in {"ok", "rule_broken", "check_failed", "implausible"}, case
+            assert status in {"ok", "rule_broken", "check_failed", "implausible", "timed_out"}, case

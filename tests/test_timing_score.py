@@ -19,7 +19,8 @@ ROUNDS = 40
 
 def raw(plain: float, ref: float, sub: float, *, shape: Shape = SHAPE, noise: float = 0.01,
         seed: int = 0, tail: float = 0.02, util: float = 0.1, parent_s: float | None = None,
-        rounds: int = ROUNDS) -> RawShape:
+        rounds: int = ROUNDS, base_tail: float = 0.02) -> RawShape:
+    """Samples of one shape; ``tail`` is the submission's, ``base_tail`` the baselines'."""
     rng = np.random.default_rng(seed)
     drift = 1 + 0.1 * np.sin(np.arange(rounds))  # shared by the three blocks of a round
     windows = {n: list(t * drift * (1 + noise * rng.standard_normal(rounds)))
@@ -28,7 +29,7 @@ def raw(plain: float, ref: float, sub: float, *, shape: Shape = SHAPE, noise: fl
     return RawShape(
         shape=shape,
         window_ms=windows,
-        tail_ms={n: [tail] * rounds for n in windows},
+        tail_ms={n: [tail if n == "sub" else base_tail] * rounds for n in windows},
         host_ms={n: [w + 0.05 for w in v] for n, v in windows.items()},
         util={n: dict.fromkeys(("forward", "grad_x", "conv.weight", "fc1.weight",
                                 "fc2.weight"), util) for n in ("ref", "sub")},
@@ -105,6 +106,14 @@ def test_event_window_longer_than_host_window_is_implausible() -> None:
 def test_work_left_on_a_side_stream_breaks_a_rule() -> None:
     v = verdict(raw(10.0, 4.0, 4.0, tail=3.5))
     assert v.status is TimingStatus.RULE_BROKEN and "stream" in v.timing.reason
+
+
+def test_a_neighbour_delaying_every_block_is_not_the_submissions_tail() -> None:
+    """Another process time-sliced on the GPU delays every block's closing event alike: only
+    the submission's tail beyond the baselines' counts."""
+    assert verdict(raw(10.0, 4.0, 4.0, tail=3.5, base_tail=3.4)).status is TimingStatus.OK
+    v = verdict(raw(10.0, 4.0, 4.0, tail=6.0, base_tail=3.4))
+    assert v.status is TimingStatus.RULE_BROKEN and "more than the baselines'" in v.timing.reason
 
 
 @pytest.mark.parametrize("util", [1.6, math.inf, "nan", None])
