@@ -63,11 +63,6 @@ RUNS_DIR = "interval-coverage-runs"
 TARGET_GRADES = 10
 TARGET_COVERAGE = 0.90
 
-SOLUTION = (
-    '"""The reference as the submission."""\n\n'
-    "from reference.block import DilatedResidualBlock\n"
-)
-
 
 # ----------------------------------------------------------------------------- pure analysis
 
@@ -411,7 +406,7 @@ def _meta(args: argparse.Namespace) -> dict:
 
 def time_runs(args: argparse.Namespace, config, meta: dict) -> list[Path]:
     """``--runs`` timing phases of the reference as the submission; one JSON file each."""
-    from timing_workspace import make_workspace
+    from timing_workspace import REFERENCE_SOLUTION, make_workspace
 
     from grader.timing import run_timing
 
@@ -419,7 +414,7 @@ def time_runs(args: argparse.Namespace, config, meta: dict) -> list[Path]:
     runs_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     with tempfile.TemporaryDirectory(prefix="coverage-") as tmp:
-        ws = make_workspace(Path(tmp) / "ws", SOLUTION)
+        ws = make_workspace(Path(tmp) / "ws", REFERENCE_SOLUTION)
         cache = Path(tmp) / "triton-cache"
         for i in range(args.runs):
             report = run_timing(ws, config, profile=args.profile, triton_cache=cache)

@@ -34,18 +34,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from timing_workspace import make_workspace  # noqa: E402
+from timing_workspace import REFERENCE_SOLUTION, make_workspace  # noqa: E402
 
 from grader import stats, telemetry  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from grader.plot import MISSING_MATPLOTLIB, plot_speedups  # noqa: E402
 from grader.report import TimingReport, _to_jsonable  # noqa: E402
 from grader.timing import render_table, run_timing  # noqa: E402
-
-SOLUTION = (
-    '"""The reference as the submission."""\n\n'
-    "from reference.block import DilatedResidualBlock\n"
-)
 
 
 def expected_score(report: TimingReport, config) -> float:
@@ -156,7 +151,7 @@ def main() -> int:
     runs: list[TimingReport] = []
     with tempfile.TemporaryDirectory(prefix="repro-") as tmp:
         tmp_path = Path(tmp)
-        ws = make_workspace(tmp_path / "ws", SOLUTION, git=args.grade)
+        ws = make_workspace(tmp_path / "ws", REFERENCE_SOLUTION, git=args.grade)
         if args.grade:
             from grader.grade import GradeOptions, grade
 

@@ -239,6 +239,7 @@ class Baseline:
     state: dict[str, Any]
     default_stream: Any
     foreign_bytes: int | None
+    gpu_accounting: str  # how foreign_bytes was read (`_process_gpu_bytes`), for the report
     allocated: int
 
 
@@ -278,13 +279,18 @@ def _process_gpu_bytes(torch: Any) -> tuple[int | None, str]:
     return used, "nvml per-process"
 
 
-def _foreign_bytes(torch: Any) -> int | None:
+def _foreign_reading(torch: Any) -> tuple[int | None, str]:
     """This process's GPU memory that PyTorch's caching allocator does not account for (None:
-    cannot be told, see `_process_gpu_bytes`)."""
+    cannot be told, see `_process_gpu_bytes`), and how it was read."""
     if not torch.cuda.is_initialized():
-        return 0
-    used, _ = _process_gpu_bytes(torch)
-    return None if used is None else used - torch.cuda.memory_reserved()
+        return 0, "no GPU (dry run)"
+    used, how = _process_gpu_bytes(torch)
+    return (None if used is None else used - torch.cuda.memory_reserved()), how
+
+
+def _foreign_bytes(torch: Any) -> int | None:
+    """`_foreign_reading`'s bytes alone."""
+    return _foreign_reading(torch)[0]
 
 
 def _native_threads_now() -> dict[int, str]:
@@ -292,12 +298,14 @@ def _native_threads_now() -> dict[int, str]:
 
 
 def take_baseline(torch: Any) -> Baseline:
+    foreign, accounting = _foreign_reading(torch)
     return Baseline(
         py_threads={t.ident for t in threading.enumerate() if t.ident is not None},
         os_threads=_native_threads_now(),
         state=_global_state(torch),
         default_stream=torch.cuda.default_stream() if torch.cuda.is_initialized() else None,
-        foreign_bytes=_foreign_bytes(torch),
+        foreign_bytes=foreign,
+        gpu_accounting=accounting,
         allocated=_allocated(torch),
     )
 
@@ -666,7 +674,7 @@ def main() -> int:
     guard.install()  # also starts counting thread starts (child_rules.count_thread_starts)
     base = take_baseline(torch)
     if device == "cuda":
-        channel.send("accounting", gpu_memory=_process_gpu_bytes(torch)[1])
+        channel.send("accounting", gpu_memory=base.gpu_accounting)
     # From here on the parent's task limit counts what the submission adds, nothing before.
     channel.arm()
 

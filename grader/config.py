@@ -125,6 +125,13 @@ class Case:
     def numel(self) -> int:
         return self.batch * self.length * self.channels
 
+    @property
+    def block_args(self) -> dict[str, Any]:
+        """The block's constructor arguments for this case."""
+        return {"channels": self.channels, "dilation": self.dilation,
+                "expansion": self.expansion, "eps": self.eps,
+                "residual_scale": self.residual_scale}
+
 
 @dataclass(frozen=True)
 class Drift:

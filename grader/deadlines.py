@@ -40,15 +40,13 @@ def plain_step_seconds(inputs: BlockInputs, block: dict[str, Any], device: str |
 
     Args:
         inputs: The step's input, weights and upstream gradient (any device, the case's dtype).
-        block: The constructor's arguments other than ``channels`` (``dilation``, ``expansion``,
-            ``eps``, ``residual_scale``).
+        block: The block's constructor arguments (`grader.config.Case.block_args`).
         device: Where to run: the device the child runs the step on, as the parent names it.
         steps: Steps per timed run (a drift item runs several).
     """
     device = torch.device(device)
-    channels = inputs.x.shape[-1]
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        model = FrozenBlock(channels, **block).to(device=device, dtype=inputs.x.dtype)
+        model = FrozenBlock(**block).to(device=device, dtype=inputs.x.dtype)
     model.load_state_dict({k: v.to(device) for k, v in inputs.state_dict().items()})
     x = inputs.x.to(device).requires_grad_(True)
     grad_out = inputs.grad_out.to(device)
@@ -68,12 +66,14 @@ def plain_step_seconds(inputs: BlockInputs, block: dict[str, Any], device: str |
     return seconds
 
 
-def shape_step_seconds(batch: int, length: int, channels: int, dtype: str,
-                       block: dict[str, Any], device: str | torch.device) -> float:
+def shape_step_seconds(batch: int, length: int, dtype: str, block: dict[str, Any],
+                       device: str | torch.device) -> float:
     """`plain_step_seconds` of one step on random inputs of a timing shape, drawn on ``device``
-    (a timing shape holds up to hundreds of millions of values: no round trip through the host)."""
+    (a timing shape holds up to hundreds of millions of values: no round trip through the host).
+    ``block`` holds every constructor argument, ``channels`` and ``expansion`` included."""
     dt = DTYPES[dtype]
-    hidden = block.get("expansion", 2) * channels
+    channels = block["channels"]
+    hidden = block["expansion"] * channels
     gen = torch.Generator(device=device).manual_seed(0)
 
     def draw(*shape: int) -> torch.Tensor:

@@ -145,13 +145,7 @@ def _job_item(item: GateItem, config: ScoringConfig) -> dict[str, Any]:
         "name": item.name,
         "kind": item.kind,
         "dtype": c.dtype,
-        "block": {
-            "channels": c.channels,
-            "dilation": c.dilation,
-            "expansion": c.expansion,
-            "eps": c.eps,
-            "residual_scale": c.residual_scale,
-        },
+        "block": c.block_args,
     }
     if item.kind == "drift":
         entry.update(steps=config.correctness.drift.steps, lr=config.correctness.drift.lr)
@@ -434,11 +428,8 @@ class _Conversation:
         self.inputs[item.index] = inputs
         data = {"x": inputs.x, "grad_out": inputs.grad_out, **inputs.state_dict()}
         torch.save(data, self.dir / f"in-{item.index}.pt")
-        c = item.case
         steps = self.drift_steps if item.kind == "drift" else 1
-        plain_s = plain_step_seconds(inputs, dict(dilation=c.dilation, expansion=c.expansion,
-                                                  eps=c.eps, residual_scale=c.residual_scale),
-                                     self.plain_device, steps=steps)  # fmt: skip
+        plain_s = plain_step_seconds(inputs, item.case.block_args, self.plain_device, steps=steps)
         # The clock starts once the item's inputs are ready and measured, as the child gets 'go'.
         self._start(f"item {item.name}", plain_s)
         return f"go {item.index}\n"

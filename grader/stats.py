@@ -367,8 +367,6 @@ def ratio_estimate(
     candidate: Sequence[float],
     indices: np.ndarray | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
-    *,
-    bootstrap: Bootstrap | None = None,
 ) -> RatioEstimate:
     """Median paired ratio ``baseline/candidate`` and its bootstrap interval.
 
@@ -376,16 +374,13 @@ def ratio_estimate(
         baseline: Per-round times of the baseline (plain PyTorch).
         candidate: Per-round times of the candidate, same rounds.
         indices: Bootstrap round indices (`resample_indices`); drawn with the default seed if
-            None. Ignored when ``bootstrap`` is given.
-        confidence: Coverage of the interval. Ignored when ``bootstrap`` is given.
-        bootstrap: The grade's `Bootstrap` (indices and percentile level); the grader passes
-            its visit-block one. Without it, rounds are resampled as independent, which is
-            right only for samples without a slow state (benchmarks of one stretch).
+            None. Rounds are then resampled as independent, which is right only for samples
+            without a slow state (benchmarks of one stretch); a grade's shapes go through
+            `grader.timing.estimate_shape` and its visit `Bootstrap`.
+        confidence: Coverage of the interval.
     """
     ratios = paired_ratios(baseline, candidate)
     value = float(np.median(ratios))
-    if bootstrap is not None:
-        return RatioEstimate(value=value, ci=bootstrap.interval(bootstrap.medians(ratios), value))
     if indices is None:
         indices = resample_indices(ratios.size)
     ci = percentile_interval(bootstrap_medians(ratios, indices), confidence)

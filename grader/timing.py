@@ -28,6 +28,7 @@ own reasons in the report.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import json
@@ -493,10 +494,8 @@ class _Listener:
 
 def _job(config: ScoringConfig, profile: Profile, *, seed: int, reference_module: str,
          census: bool, device: str = "cuda") -> dict[str, Any]:
-    block = config.block
     return {
-        "block": {"channels": block.channels, "expansion": block.expansion, "eps": block.eps,
-                  "residual_scale": block.residual_scale},
+        "block": dataclasses.asdict(config.block),
         "shapes": [{"batch": s.batch, "length": s.length, "dilation": s.dilation,
                     "dtype": s.dtype} for s in profile.shapes],
         "budgets": {name: {"forward_atol": b.forward_atol, "forward_rtol": b.forward_rtol,
@@ -619,13 +618,12 @@ def run_timing(
         seed = int.from_bytes(os.urandom(4), "little")
     # The plain block's step on every shape, measured here before the child holds the device:
     # the unit of the child's deadlines.
-    block_args = dict(expansion=config.block.expansion, eps=config.block.eps,
-                      residual_scale=config.block.residual_scale)
     where = "cpu" if dry_run_on_cpu else f"cuda:{gpu if gpu is not None else 0}"
     # A parent that cannot see the GPU (tests with a stand-in child) gives every stage its floor.
     measurable = dry_run_on_cpu or torch.cuda.is_available()
-    plain_s = [deadlines.shape_step_seconds(s.batch, s.length, config.block.channels, s.dtype,
-                                            dict(block_args, dilation=s.dilation), where)
+    plain_s = [deadlines.shape_step_seconds(s.batch, s.length, s.dtype,
+                                            dict(dataclasses.asdict(config.block),
+                                                 dilation=s.dilation), where)
                if measurable else 0.0 for s in prof.shapes]
     stages = _Stages(config.limits.deadlines.for_device(where), plain_s, prof.warmup,
                      prof.rounds, VISIT_ROUNDS)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -11,12 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from file_modules import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_reference", ROOT / "bench" / "reference.py")
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["bench_reference"] = bench
-_spec.loader.exec_module(bench)
+bench = load_module(ROOT / "bench" / "reference.py", "bench_reference", register=True)
 
 
 def test_bench_shapes_cover_both_profiles_once_each() -> None:

@@ -3,7 +3,6 @@ the per-shape summary and its markdown."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,13 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from file_modules import load_module
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_variance",
-                                               ROOT / "bench" / "process_variance.py")
-variance = importlib.util.module_from_spec(_spec)
-sys.modules["bench_variance"] = variance
-_spec.loader.exec_module(variance)
+variance = load_module(ROOT / "bench" / "process_variance.py", "bench_variance", register=True)
 
 
 def test_parse_label_round_trips_profile_labels() -> None:
@@ -103,10 +99,7 @@ def test_nvml_trace_summarises_each_window(monkeypatch) -> None:
         nvmlDeviceGetTemperature=lambda h, s: 47,
         nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    spec = importlib.util.spec_from_file_location("bench_input_sets",
-                                                  ROOT / "bench" / "input_sets.py")
-    input_sets = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(input_sets)
+    input_sets = load_module(ROOT / "bench" / "input_sets.py", "bench_input_sets")
 
     trace = input_sets.NvmlTrace(0.001)
     t0 = time.perf_counter()

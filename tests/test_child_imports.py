@@ -18,20 +18,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from file_modules import load_module
 
 from grader import child_imports
 from grader.child_imports import FAST_NAMES, ImportWatch, own_names
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _load(path: Path, name: str) -> ModuleType:
-    """A module from ``path``, so that its frames carry that file name (not imported by name)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_own_names_are_importable_top_level_entries(tmp_path: Path) -> None:
@@ -94,8 +86,8 @@ def test_attribution_walks_past_the_standard_library(
             return their.ask(watch)
         """))
     watch = ImportWatch(sub, [].append)
-    mine, their = _load(sub / "mine.py", "mine"), _load(lib / "their.py", "their")
-    relay = _load(std / "relay.py", "relay")
+    mine, their = load_module(sub / "mine.py", "mine"), load_module(lib / "their.py", "their")
+    relay = load_module(std / "relay.py", "relay")
 
     assert mine.direct(watch) == child_imports.Asker("mine.py", 2, None, False)
     assert mine.through_stdlib(watch, relay) == child_imports.Asker("mine.py", 5, "relay.relay",
@@ -111,7 +103,7 @@ def test_attribution_walks_past_the_standard_library(
 def test_own_module_resolved_outside_the_tree_is_not_its_own(tmp_path: Path) -> None:
     (tmp_path / "mine.py").write_text("")
     watch = ImportWatch(tmp_path, [].append)
-    assert watch._inside(_load(tmp_path / "mine.py", "mine"))
+    assert watch._inside(load_module(tmp_path / "mine.py", "mine"))
     assert not watch._inside(contextlib)
     assert watch._inside(ModuleType("made_in_memory"))  # no files: nothing a package is
 

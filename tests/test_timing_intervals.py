@@ -9,7 +9,6 @@ not.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from file_modules import load_module
 
 from grader import plausibility, stats
 from grader.config import Shape, load_config
@@ -31,11 +31,8 @@ from grader.timing import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("bench_interval_coverage",
-                                               ROOT / "bench" / "interval_coverage.py")
-coverage = importlib.util.module_from_spec(_spec)
-sys.modules["bench_interval_coverage"] = coverage
-_spec.loader.exec_module(coverage)
+coverage = load_module(ROOT / "bench" / "interval_coverage.py", "bench_interval_coverage",
+                       register=True)
 
 SCORE = load_config().score
 H200 = plausibility.peak_bandwidth("NVIDIA H200", 3201.0, 6144)

@@ -12,6 +12,12 @@ from grader.config import Profile, ScoringConfig, Shape
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).resolve().parent / "corpus_timing"
+# A solution.py that submits the reference copied in by `make_workspace`: the reference timed
+# against itself (reproducibility and interval-coverage benchmarks).
+REFERENCE_SOLUTION = (
+    '"""The reference as the submission."""\n\n'
+    "from reference.block import DilatedResidualBlock\n"
+)
 _EXPECTED = re.compile(r"^Expected: (.+?)\s*$", re.MULTILINE)
 _VERDICT = re.compile(r"^(\w+)(?: \((.+)\))?$")
 
