@@ -373,7 +373,8 @@ class _Stages:
 
     Stages: the import (from arming to the first shape), each shape's warm-up (the last one's
     also holds the untimed round of every shape and the first timed visit), each later timed
-    visit, each shape's closing census, the exit.
+    visit, the closing census of every shape (the child runs them all before its first report),
+    each later shape's report, the exit.
     """
 
     rule: DeadlineRule
@@ -410,10 +411,12 @@ class _Stages:
             if self.visit_rounds(visit + 1):
                 self.start(f"timed visit {visit + 1}", every * self.visit_rounds(visit + 1))
             else:
-                self.start("the closing census of the first shape", self.plain_s[0])
+                # grader/child_timing.py `_time_shapes`: one census step of every shape, then
+                # the shapes' reports.
+                self.start("the closing census of every shape", every)
         elif event == "shape_done" and index is not None:
             if index < last:
-                self.start("the closing census of the next shape", self.plain_s[index + 1])
+                self.start("reporting the next shape", 0.0)
             else:
                 self.start("ending the timing child", 0.0)
 

@@ -130,6 +130,10 @@ def test_timing_stages_follow_the_child() -> None:
     assert stages.due.at == pytest.approx(now + 90 + 200 * 0.03 * 2, abs=1)
     stages.on("progress", None, 3, "")
     assert stages.due.what.startswith("the closing census")
+    # The child runs every shape's census step before its first report.
+    assert stages.due.at == pytest.approx(now + 90 + 200 * 0.03, abs=1)
+    stages.on("shape_done", 0, None, "")
+    assert stages.due.what.startswith("reporting the next shape")
     stages.on("shape_done", 1, None, "")
     assert stages.due.what.startswith("ending")
 
