@@ -8,6 +8,7 @@ phase. Expected: rule_broken, global-state.
 """
 
 import torch
+
 from naive_triton import DilatedResidualBlock as _Naive
 
 EXPECTED = "fail:rule_broken:global-state"
