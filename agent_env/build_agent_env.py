@@ -40,6 +40,7 @@ TEMPLATE_DIR = REPO_ROOT / "workspace_template"
 KIT_DIRS: dict[str, tuple[str, ...]] = {
     "task": ("*.py", "PROMPT.md"),
     "grader": ("*.py", "*.json"),
+    "grader/child": ("*.py",),  # what runs next to the submission (channel, census...)
 }
 KIT_FILES = ("scoring.yaml",)
 # The files of the template that make the workspace.

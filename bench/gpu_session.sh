@@ -36,7 +36,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|trust|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -100,6 +100,53 @@ timing)
         > "$OUT/repro-h200.log" 2>&1
     echo "reproducibility h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
     tail -n 25 "$OUT/repro-h200.log"
+    ;;
+trust)
+    # Issue 13's first look: the timing corpus and the gate on the GPU through the two-process
+    # timing (baselines process + submission process), then one whole grade of the reference.
+    versions > "$OUT/summary.txt" 2>&1
+    suite timing-corpus 300 tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-400 | tee -a "$OUT/summary.txt"
+    timeout 400 python3 bench/reproducibility.py --profile h200 --runs "${RUNS:-2}" --grade \
+        --out "$OUT" > "$OUT/repro-h200.log" 2>&1
+    echo "one grade + ${RUNS:-2} timing phases, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    tail -n 30 "$OUT/repro-h200.log" | tee -a "$OUT/summary.txt"
+    tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
+    ;;
+trust-corpus)
+    # Issue 13's adversaries on the GPU: the whole timing corpus (one after another: each times
+    # the baselines against themselves), then the gate entries of the trust redesign and their
+    # controls (4 at once), then the census's own GPU test.
+    versions > "$OUT/summary.txt" 2>&1
+    suite timing-corpus 300 tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-400 | tee -a "$OUT/summary.txt"
+    suite gate-corpus 200 -n 4 tests/test_grader_gpu.py -k "rewrites_gate_outputs or \
+installs_global_hooks or hides_in_custom_op or hides_below_python_dispatch or reduces_by_matmul \
+or disables_guard_via_frames or drops_census_messages or naive or reference_copy or plain_pytorch \
+or frame_walk or patches_torch" | tee -a "$OUT/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$OUT/gate-corpus.log" | cut -c1-400 | tee -a "$OUT/summary.txt"
+    suite census-gpu 90 -m gpu tests/test_census.py | tee -a "$OUT/summary.txt"
+    tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
+    ;;
+trust-final)
+    # Issue 13's closing measurements in one call: five grades' timing (one whole grade, then
+    # five timing phases of the reference-as-submission), the timing corpus, the gate entries of
+    # the trust redesign with their controls, the census's GPU test.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 330 python3 bench/reproducibility.py --profile h200 --runs 5 --grade --out "$OUT" \
+        > "$OUT/repro-h200.log" 2>&1
+    echo "one grade + 5 timing phases, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    suite timing-corpus 170 tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    suite gate-corpus 70 -n 4 tests/test_grader_gpu.py -k "rewrites_gate_outputs or \
+installs_global_hooks or hides_in_custom_op or hides_below_python_dispatch or reduces_by_matmul \
+or disables_guard_via_frames or drops_census_messages or naive_passes or reference_copy" \
+        | tee -a "$OUT/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$OUT/gate-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    suite census-gpu 30 -m gpu tests/test_census.py | tee -a "$OUT/summary.txt"
+    echo "phase done at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
     ;;
 timing-l4)
     versions > "$OUT/summary.txt" 2>&1

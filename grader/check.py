@@ -59,11 +59,21 @@ PLAIN_AS_REFERENCE = "task.model"
 _SHOW_FAILED = 5
 
 # What each run-time rule wants, in words an agent can act on (rule ids from grader.child_rules,
-# grader.child_gate and grader.child_timing).
+# grader.census, grader.child_gate, grader.interleave and grader.child.submission).
 RULE_HINTS = {
     "torch-op-on-path": "the convolution and the normalization must run in your Triton kernels, "
-    "not PyTorch ops (aten.convolution, var_mean, a sum or mean over the whole activation...): "
-    "call conv_norm(...) from DilatedResidualBlock.forward (solution.py marks the lines)",
+    "not PyTorch ops (aten.convolution, var_mean, a sum or mean over the whole activation, a "
+    "reduction done as a matrix product, arithmetic on the activation inside your "
+    "autograd.Function...): call conv_norm(...) from DilatedResidualBlock.forward (solution.py "
+    "marks the lines)",
+    "channel-tampering": "leave the grader's result channel alone: every message is authenticated "
+    "and numbered, and one the grader did not expect (written to its file descriptor, repeated, "
+    "answering another step) ends the run",
+    "census-tampered": "leave the profiler alone: the grader records every op of every step, and "
+    "a step it cannot see (profiler stopped or restarted, record_function switched off) breaks "
+    "the rule",
+    "host-copy": "keep the activation on the GPU: the conv and the norm run in your kernels, not "
+    "on the host",
     "no-triton-kernel": "no Triton kernel defined in your workspace ran in this phase: forward and "
     "backward of conv + norm must launch your own @triton.jit kernels",
     "no-autograd-function": "x and conv.weight must go straight into your torch.autograd.Function "

@@ -2,18 +2,21 @@
 
 Run by the parent (``grader/gate.py``) as ``python -I grader/child_gate.py REPO JOB`` in the
 child's copy of the submitted tree. It never sees the secret seed or any ground truth; it gets
-one item's inputs at a time as a file the parent writes just before it says ``go``, and leaves
-the outputs as a file the parent loads and checks. Protocol:
+one item's inputs at a time as a file the parent writes just before it says ``go``, and sends
+the outputs back in the item's ``item_done`` frame. Protocol:
 
     child  → parent (channel): armed | load_failed | ready | item_start | item_done | item_failed
-                               | finding (at any time)
-    parent → child  (stdin):   "armed\\n" | "go <index>\\n" | "end\\n"
+                               | finding (at any time) | census (before and after each step)
+    parent → child  (stdin):   "key <hex>\\n" (first) | "armed\\n" | "go <index>\\n" | "end\\n"
 
 ``armed`` comes once, after the warm-up and before the submission is imported: the parent counts
 the child's threads then (its task limit counts only what the submission adds) and starts the
 import's deadline; each ``go`` starts that item's deadline (`grader.deadlines`).
 
-What the child *claims* (``item_done``) decides nothing: the parent checks the files.
+An item's outputs and gradients leave in its ``item_done`` frame, as bytes taken right after the
+backward returned (`grader.child.channel`): nothing the parent checks waits in a file or in memory
+the submission could still write once it runs again. What the child *claims* beyond those bytes
+decides nothing.
 """
 
 from __future__ import annotations
@@ -32,14 +35,22 @@ import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from grader.child.census import Census  # noqa: E402
+from grader.child.channel import (  # noqa: E402
+    Blob,
+    ChannelWriter,
+    ChildExit,
+    pin_pools,
+    tensor_blob,
+)
 from grader.child_rules import Finding, Guard  # noqa: E402
-from grader.sandbox import ChannelWriter, ChildExit, pin_pools  # noqa: E402
 from task.model import DilatedResidualBlock as FrozenBlock  # noqa: E402
 
 PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
@@ -70,7 +81,8 @@ def _warm_up(device: torch.device) -> None:
     """Create the threads, pools, contexts and lazy imports that torch and Triton make on first
     use, before the baselines: what exists after this is not the submission's doing. It runs
     what a submission's step runs: the frozen block, and an autograd.Function launching a Triton
-    kernel, under a dispatch mode like the op log (that is when torch imports Dynamo)."""
+    kernel, once under a dispatch mode (that is when torch imports Dynamo, which a submission's
+    own dispatch mode would otherwise do later). The census is already on (`Harness`)."""
     from grader.child_rules import _OpLog
 
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -87,6 +99,24 @@ def _warm_up(device: torch.device) -> None:
         (torch.ones(1 << 20) + 1).sum()
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def _flat(result: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """``{"out": t, "params_after": {"conv.weight": t}}`` → ``[("out", t),
+    ("params_after/conv.weight", t)]``."""
+    flat: list[tuple[str, torch.Tensor]] = []
+    for key, value in result.items():
+        if isinstance(value, dict):
+            flat.extend((f"{key}/{k}", v) for k, v in value.items())
+        else:
+            flat.append((key, value))
+    return flat
+
+
+def _frozen(tensor: torch.Tensor) -> Blob:
+    """The tensor's values as bytes (immutable: nothing in this process can change them now)."""
+    blob = tensor_blob(tensor)
+    return Blob(blob.dtype, blob.shape, bytes(blob.data))
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -114,6 +144,11 @@ class Harness:
             tuple(Path(d) for d in job["forbidden_dirs"]),
             on_finding=self._send_finding,
         )
+        # The op and kernel census, on from here to the end: before the warm-up and the guard's
+        # baselines (its profiler thread and lazy imports are the harness's), before the import
+        # of any submission code, the same for every step.
+        self.census = Census(self.device)
+        self.census.start()
         self.frozen_signature = [
             (p.name, p.default) for p in inspect.signature(FrozenBlock.__init__).parameters.values()
         ]
@@ -197,7 +232,7 @@ class Harness:
             start = time.monotonic()
             before = len(self.guard.findings)
             try:
-                self.run_item(index, item)
+                meta, blobs = self.run_item(index, item)
             except BaseException as exc:  # noqa: BLE001
                 oom, fault = _is_oom(exc), _is_cuda_fault(exc)
                 self.channel.send(
@@ -215,7 +250,9 @@ class Harness:
                     # A CUDA fault poisons the context: every later item would fail too.
                     self._exit(ChildExit.SUBMISSION_ERROR)
                 continue
-            self.channel.send("item_done", index=index, wall_s=time.monotonic() - start)
+            self.channel.send("item_done", blobs=blobs, index=index, meta=meta,
+                              wall_s=time.monotonic() - start)
+            del blobs
             if len(self.guard.findings) > before and self.job.get("stop_on_violation", True):
                 self._exit(ChildExit.RULE_VIOLATION)
         self._exit(ChildExit.OK)
@@ -250,11 +287,9 @@ class Harness:
         self, block: torch.nn.Module, x: torch.Tensor, grad_out: torch.Tensor, name: str
     ) -> tuple[Any, dict[str, Any]]:
         """One rule-checked forward and backward; returns the output and facts about it."""
-        activation = x.numel()
         with self.guard.phase(f"forward:{name}") as fwd:
-            out = block(x)
+            out = self._census_step(f"forward:{name}", lambda: block(x))
         meta: dict[str, Any] = {"type": f"{type(out).__module__}.{type(out).__qualname__}"}
-        self.guard.check_ops(fwd, activation)
         self.guard.check_launches(fwd)
         if type(out) is not torch.Tensor:
             meta["is_tensor"] = False
@@ -269,16 +304,32 @@ class Harness:
         if out.requires_grad:
             self.guard.check_autograd(out, x, block)
             with self.guard.phase(f"backward:{name}") as bwd:
-                out.backward(grad_out)
+                self._census_step(f"backward:{name}", lambda: out.backward(grad_out))
                 if self.device.type == "cuda":
                     torch.cuda.synchronize()
-            self.guard.check_ops(bwd, activation)
             self.guard.check_launches(bwd)
         else:
             self.guard._add("no-autograd-function", f"the output of {name} has no grad_fn")
         return out, meta
 
-    def run_item(self, index: int, item: dict[str, Any]) -> None:
+    def _census_step(self, label: str, step: Callable[[], Any]) -> Any:
+        """Run ``step`` as one marked step of the census: announced to the parent (with the
+        commitment to its range's nonce) before it runs, its summary sent right after, also when
+        it raises. The parent judges the summary (`grader.census`)."""
+        mark = self.census.mark(label)
+        self.channel.send("census", label=label, commit=mark.commit)
+        try:
+            with mark:
+                return step()
+        finally:
+            # The fixed point of every step: the census stops, reads and restarts here.
+            for summary in self.census.collect():
+                self.channel.send("census", summary=summary.to_json())
+
+    def run_item(self, index: int, item: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                   list[tuple[str, Blob]]]:
+        """Run one item; its facts and its outputs as immutable bytes, taken before any more
+        submission code runs (the block and its tensors die only after)."""
         data = self._load_inputs(index)
         block = self._build(item, data)
         x = data["x"].to(self.device).requires_grad_(True)
@@ -322,9 +373,9 @@ class Harness:
         result["x_after"] = x.detach().cpu().clone()
         if item["kind"] != "drift":
             result["params_after"] = {k: params[k].detach().cpu().clone() for k in PARAM_KEYS}
-        result["meta"] = json.dumps(meta)
         with self.guard.trusted():
-            torch.save(result, self.workdir / ".grader" / f"out-{index}.pt")
+            blobs = [(name, _frozen(tensor)) for name, tensor in _flat(result)]
+        return meta, blobs
 
     def _exit(self, code: ChildExit) -> None:
         self.channel.close()

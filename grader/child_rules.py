@@ -8,12 +8,16 @@ the submission, and wraps every call into submission code in ``guard.phase(name)
   (path-based: a copy of the reference *inside* the submission is the submission's own code), any
   read of another process's ``/proc/<pid>``, and any new process (``os.fork``, ``os.system``,
   ``subprocess.Popen``, ``os.posix_spawn``, ``os.exec*``) not started by Triton's compiler;
-- snapshots global torch state (TF32 and cuDNN flags, default dtype and device, matmul precision,
-  deterministic mode, grad mode, RNG states...) and the identity of every callable attribute of
+- snapshots global state (TF32, cuBLAS, cuDNN and SDP flags, default dtype and device, matmul
+  precision, deterministic, grad, inference, anomaly and autocast modes, the dispatch and
+  torch-function mode stacks, autograd's saved-tensor hooks, nn.Module's global hooks, Python's
+  trace and profile functions, RNG states...) and the identity of every callable attribute of
   the modules and classes a submission could patch (torch, torch.Tensor, torch.nn.functional,
   torch.autograd, torch.cuda, triton, time...), and compares both after every phase;
-- logs the aten ops of every phase with a ``TorchDispatchMode`` and flags PyTorch convolution,
-  normalization and variance ops, and reductions over the whole activation;
+- on request (``log_ops``), logs the aten ops of a phase with a ``TorchDispatchMode``; the rule
+  on PyTorch conv/norm ops is judged from the op census below Python dispatch instead
+  (`grader.child.census`, `grader.census`), which sees inside custom ops and under excluded
+  dispatch keys, and which no dispatch mode betrays;
 - counts Triton launches per phase, by kernel and the file that defines it (wrapping
   ``JITFunction.run`` / ``InterpretedFunction.run`` and, on a GPU, Triton's launch hook);
 - flags new Python threads, new native threads, new modules of Dynamo/Inductor, and TorchScript
@@ -48,37 +52,9 @@ import triton.runtime.interpreter as triton_interpreter
 import triton.runtime.jit as triton_jit
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
+from grader.census import FORBIDDEN_OPS, REDUCTION_OPS
 from grader.child_imports import RULE as FORBIDDEN_IMPORT
 from grader.child_imports import ImportFinder, ImportWatch
-
-# aten ops (overload packet names) that are PyTorch convolutions, normalizations or variances.
-FORBIDDEN_OPS = frozenset(
-    {
-        "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc",
-        "convolution_backward", "_convolution_double_backward", "convolution_overrideable",
-        "cudnn_convolution", "cudnn_convolution_transpose", "mkldnn_convolution",
-        "miopen_convolution", "miopen_depthwise_convolution", "_conv_depthwise2d",
-        "conv_depthwise3d", "slow_conv_dilated2d", "slow_conv_dilated3d", "_slow_conv2d_forward",
-        "_slow_conv2d_backward", "slow_conv3d_forward", "thnn_conv2d",
-        "_nnpack_spatial_convolution",
-        "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-        "var", "var_mean", "std", "std_mean",
-        "layer_norm", "native_layer_norm", "native_layer_norm_backward",
-        "group_norm", "native_group_norm", "native_group_norm_backward",
-        "batch_norm", "native_batch_norm", "native_batch_norm_backward", "_batch_norm_impl_index",
-        "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-        "_batch_norm_with_update", "batch_norm_backward", "cudnn_batch_norm",
-        "cudnn_batch_norm_backward", "miopen_batch_norm", "instance_norm", "rms_norm",
-        "_fused_rms_norm", "_fused_rms_norm_backward",
-    }
-)  # fmt: skip
-
-# Reductions that, over a tensor as large as the block's activation, are a normalization (or
-# its backward) done in PyTorch. The MLP needs none: its weight gradients are matmuls.
-REDUCTION_OPS = frozenset(
-    {"sum", "mean", "nansum", "nanmean", "prod", "norm", "linalg_vector_norm", "logsumexp",
-     "cumsum", "amax", "amin", "aminmax", "max", "min", "var", "std", "var_mean", "std_mean"}
-)  # fmt: skip
 
 # Modules whose appearance means Dynamo/Inductor (torch.compile) compiled something in this
 # process. (Plain ``torch._dynamo`` is no sign: torch imports it lazily, e.g. when a dispatch
@@ -190,36 +166,161 @@ class _OpLog(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _state() -> dict[str, str]:
-    """Global torch state a submission must leave alone, as comparable strings."""
-    state: dict[str, Any] = {
-        "default_dtype": torch.get_default_dtype(),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-        "grad_enabled": torch.is_grad_enabled(),
-        "inference_mode": torch.is_inference_mode_enabled(),
-        "anomaly_mode": torch.is_anomaly_enabled(),
-        "num_threads": torch.get_num_threads(),
-        "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-        "cuda.matmul.allow_fp16_reduced": (
-            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
-        ),
-        "cuda.matmul.allow_bf16_reduced": (
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
-        ),
-        "cudnn.enabled": torch.backends.cudnn.enabled,
-        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-        "cudnn.benchmark": torch.backends.cudnn.benchmark,
-        "cudnn.deterministic": torch.backends.cudnn.deterministic,
-        "cpu_rng": hashlib.sha256(torch.get_rng_state().numpy().tobytes()).hexdigest()[:16],
+def _described(value: Any) -> str:
+    """A hook, mode or flag as text that changes when it is replaced: a callable or object by
+    its qualified name and id(), anything else by repr()."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return repr(value)
+    kind = value if callable(value) and hasattr(value, "__qualname__") else type(value)
+    name = f"{getattr(kind, '__module__', None) or '?'}.{getattr(kind, '__qualname__', '?')}"
+    return f"{name}@{id(value):#x}"
+
+
+def _module_global_hooks() -> dict[str, str]:
+    """Every ``_global_*`` hook table of ``torch.nn.modules.module`` (forward, pre-forward,
+    backward, registration hooks and their flags), as handle id → hook."""
+    import torch.nn.modules.module as module
+
+    out = {}
+    for name, table in sorted(vars(module).items()):
+        if not name.startswith("_global_"):
+            continue
+        if isinstance(table, dict):
+            out[name] = repr(tuple((key, _described(hook)) for key, hook in table.items()))
+        else:
+            out[name] = _described(table)
+    return out
+
+
+def _saved_tensors_hooks() -> str:
+    """The top of autograd's default saved-tensor hooks stack (``saved_tensors_hooks`` entered
+    and never left): only the top is readable, and any push changes it."""
+    read = torch._C._autograd._top_saved_tensors_default_hooks
+    try:
+        top = read(False)  # ignore_is_tracing
+    except TypeError:  # a torch that takes no argument here
+        top = read()
+    return repr(None if top is None else tuple(_described(hook) for hook in top))
+
+
+def _mode_stacks() -> dict[str, str]:
+    """Python dispatch modes and torch-function modes on their stacks, bottom first.
+
+    The guard's own op log (`_OpLog`) is never on the stack when this is read: `Guard.phase`
+    leaves its ``with mode`` before it calls `Guard.check_after`, so every mode here is
+    somebody else's.
+    """
+    from torch.overrides import _get_current_function_mode_stack
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return {
+        "dispatch_modes": repr(tuple(map(_described, _get_current_dispatch_mode_stack()))),
+        "torch_function_modes": repr(tuple(map(_described, _get_current_function_mode_stack()))),
     }
-    with contextlib.suppress(AttributeError):
-        state["default_device"] = torch.get_default_device()
+
+
+def _fp32_precision(backend: str, op: str) -> str:
+    """The fp32 precision (``ieee``, ``tf32``, ``bf16``) that ``op`` of ``backend`` computes in
+    (torch ≥ 2.9's ``torch.backends.*.fp32_precision``): a setting of ``none`` inherits from the
+    backend's, then the global one, whose ``none`` is ``ieee``. Resolved, so that a call that
+    restates the default (``set_float32_matmul_precision("highest")`` writes ``ieee`` where
+    ``none`` was) is no change."""
+    read = torch._C._get_fp32_precision_getter
+    for setting in ((backend, op), (backend, "all"), ("generic", "all")):
+        value = read(*setting)
+        if value != "none":
+            return value
+    return "ieee"
+
+
+def _digest(rng_state: torch.Tensor) -> str:
+    return hashlib.sha256(rng_state.cpu().numpy().tobytes()).hexdigest()[:16]
+
+
+def _state() -> dict[str, str]:
+    """Global state a submission must leave alone, as comparable strings: everything a
+    submission can set for the whole process that changes another block's speed or result
+    (precision and backend flags, modes, hooks that run inside any block's step, RNG)."""
+    import gc
+
+    import torch.utils.deterministic as deterministic
+
+    b = torch.backends
+    matmul = b.cuda.matmul
+    probes: dict[str, Any] = {
+        "default_dtype": torch.get_default_dtype,
+        "default_device": torch.get_default_device,
+        "float32_matmul_precision": torch.get_float32_matmul_precision,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled,
+        "deterministic_fill_uninitialized": lambda: deterministic.fill_uninitialized_memory,
+        "grad_enabled": torch.is_grad_enabled,
+        "inference_mode": torch.is_inference_mode_enabled,
+        "anomaly_mode": torch.is_anomaly_enabled,
+        "anomaly_check_nan": torch.is_anomaly_check_nan_enabled,
+        "num_threads": torch.get_num_threads,
+        "num_interop_threads": torch.get_num_interop_threads,
+        "cuda.matmul.allow_tf32": lambda: matmul.allow_tf32,
+        "cuda.matmul.allow_fp16_reduced": lambda: matmul.allow_fp16_reduced_precision_reduction,
+        "cuda.matmul.allow_bf16_reduced": lambda: matmul.allow_bf16_reduced_precision_reduction,
+        "cuda.matmul.allow_fp16_accumulation": lambda: matmul.allow_fp16_accumulation,
+        "cuda.preferred_blas_library": b.cuda.preferred_blas_library,
+        "cuda.preferred_linalg_library": b.cuda.preferred_linalg_library,
+        "cuda.flash_sdp": b.cuda.flash_sdp_enabled,
+        "cuda.mem_efficient_sdp": b.cuda.mem_efficient_sdp_enabled,
+        "cuda.math_sdp": b.cuda.math_sdp_enabled,
+        "cuda.cudnn_sdp": b.cuda.cudnn_sdp_enabled,
+        "cuda.math_sdp_fp16_bf16_reduction": torch._C._get_math_sdp_allow_fp16_bf16_reduction,
+        "cudnn.enabled": lambda: b.cudnn.enabled,
+        "cudnn.allow_tf32": lambda: b.cudnn.allow_tf32,
+        "cudnn.benchmark": lambda: b.cudnn.benchmark,
+        "cudnn.benchmark_limit": lambda: b.cudnn.benchmark_limit,
+        "cudnn.deterministic": lambda: b.cudnn.deterministic,
+        "mkldnn.enabled": lambda: b.mkldnn.enabled,
+        "mkldnn.deterministic": lambda: b.mkldnn.deterministic,
+        "nnpack.enabled": torch._C._get_nnpack_enabled,
+        "opt_einsum": lambda: (b.opt_einsum.enabled, b.opt_einsum.strategy),
+        "cpu.allow_fp16_reduced": torch._C._get_cpu_allow_fp16_reduced_precision_reduction,
+        "fp32_precision.cuda.matmul": lambda: _fp32_precision("cuda", "matmul"),
+        "fp32_precision.cuda.conv": lambda: _fp32_precision("cuda", "conv"),
+        "fp32_precision.mkldnn.matmul": lambda: _fp32_precision("mkldnn", "matmul"),
+        "fp32_precision.mkldnn.conv": lambda: _fp32_precision("mkldnn", "conv"),
+        "autocast.cuda": lambda: (torch.is_autocast_enabled("cuda"),
+                                  torch.get_autocast_dtype("cuda")),
+        "autocast.cpu": lambda: (torch.is_autocast_enabled("cpu"),
+                                 torch.get_autocast_dtype("cpu")),
+        "autocast.cache": torch.is_autocast_cache_enabled,
+        # Autograd: hooks and switches that act inside every block's backward.
+        "saved_tensors_hooks": _saved_tensors_hooks,
+        "saved_tensors_hooks_enabled": torch._C._autograd._saved_tensors_hooks_is_enabled,
+        "autograd_multithreading": torch._C._is_multithreading_enabled,
+        "autograd_view_replay": torch._C._is_view_replay_enabled,
+        "forward_ad_level": lambda: torch.autograd.forward_ad._current_level,
+        "functorch_level": torch._C._functorch.maybe_current_level,
+        "torch_function_enabled": lambda: (torch._C._is_torch_function_enabled(),
+                                           torch._C._is_torch_function_mode_enabled()),
+        # The interpreter's own hooks: a trace or profile function runs inside every step.
+        "python_trace": lambda: _described(sys.gettrace()),
+        "python_profile": lambda: _described(sys.getprofile()),
+        "gc": lambda: (gc.isenabled(), gc.get_threshold()),
+        "cpu_rng": lambda: _digest(torch.get_rng_state()),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        rng = torch.cuda.get_rng_state().numpy().tobytes()
-        state["cuda_rng"] = hashlib.sha256(rng).hexdigest()[:16]
-    return {k: repr(v) for k, v in state.items()}
+        probes["cuda_rng"] = lambda: _digest(torch.cuda.get_rng_state())
+        probes["cuda.memory_fraction"] = lambda: torch.cuda.get_per_process_memory_fraction(0)
+    state: dict[str, str] = {}
+    for key, probe in probes.items():
+        try:
+            value = probe()
+        # A probe this torch lacks fails the same way at the baseline and after; a submission's
+        # mode or hook may raise anything inside one, which reads as a change, never as a crash
+        # of the guard.
+        except Exception as exc:  # noqa: BLE001
+            value = f"unavailable ({type(exc).__name__})"
+        state[key] = value if isinstance(value, str) else repr(value)
+    state.update(_mode_stacks())
+    state.update({f"nn.module.{k}": v for k, v in _module_global_hooks().items()})
+    return state
 
 
 def _watched_objects() -> dict[str, Any]:
@@ -252,6 +353,10 @@ def _watched_objects() -> dict[str, Any]:
         "torch.random": torch.random,
         "torch.serialization": torch.serialization,
         "torch.utils._python_dispatch": sys.modules["torch.utils._python_dispatch"],
+        # Where the global hooks and modes that `_state` reads are installed and looked up.
+        "torch.nn.modules.module": sys.modules["torch.nn.modules.module"],
+        "torch.autograd.graph": torch.autograd.graph,
+        "torch.overrides": torch.overrides,
         "triton": triton,
         "triton.language": triton.language,
         "triton.runtime.jit": triton_jit,
@@ -509,14 +614,15 @@ class Guard:
 
     @contextlib.contextmanager
     def phase(
-        self, name: str, *, log_ops: bool = True, rng_may_change: bool = False
+        self, name: str, *, log_ops: bool = False, rng_may_change: bool = False
     ) -> Iterator[PhaseRecord]:
         """Run submission code as phase ``name``; afterwards compare state, identities, threads
         and modules with the baselines. Findings go to ``self.findings``.
 
         Args:
             name: Phase name for findings.
-            log_ops: Record aten ops (forward and backward; not needed for imports).
+            log_ops: Also record the phase's aten ops with a dispatch mode (`_OpLog`); the
+                rules use the census instead, which no dispatch mode betrays.
             rng_may_change: The phase constructs a block, whose weight init draws from the RNG.
         """
         record = PhaseRecord(name)
@@ -591,18 +697,6 @@ class Guard:
 
     # ------------------------------------------------------------------ per-call checks
 
-    def check_ops(self, record: PhaseRecord, activation_numel: int) -> None:
-        """Flag PyTorch conv/norm/variance ops, and reductions over the whole activation."""
-        for op, numel in record.ops:
-            if op in FORBIDDEN_OPS:
-                self._add("torch-op-on-path", f"aten.{op} ran in {record.name}")
-            elif op in REDUCTION_OPS and numel == activation_numel and activation_numel >= 256:
-                self._add(
-                    "torch-op-on-path",
-                    f"aten.{op} reduced a tensor of {numel} elements (the whole activation) in "
-                    f"{record.name}: the normalization must run in Triton",
-                )
-
     def check_launches(self, record: PhaseRecord) -> None:
         """Require a Triton kernel of the submission's own files, and no foreign kernels."""
         own = [k for k in record.launches if _under(k.file, self.submission_dir)]
@@ -672,4 +766,4 @@ def _short(args: tuple[Any, ...]) -> str:
     return text if len(text) < 200 else text[:197] + "..."
 
 
-__all__ = ["FORBIDDEN_OPS", "Finding", "Guard", "Launch", "PhaseRecord"]
+__all__ = ["FORBIDDEN_OPS", "REDUCTION_OPS", "Finding", "Guard", "Launch", "PhaseRecord"]

@@ -191,6 +191,9 @@ class Profile:
     rounds: int
     shapes: tuple[Shape, ...]
     description: str = ""
+    # Rounds of plain and the reference timed alone, before the submission's process imports
+    # anything: the yardstick their interleaved times must stay near (grader/timing.py).
+    alone_rounds: int = 12
 
     def __post_init__(self) -> None:
         if self.warmup < 0:
@@ -203,6 +206,9 @@ class Profile:
                      f"got {self.rounds}")
         if not self.shapes:
             _invalid("shapes", "needs at least one shape")
+        if self.alone_rounds < 2 or self.alone_rounds % 2:
+            _invalid("alone_rounds", f"must be an even number ≥ 2 (two halves, to know their "
+                     f"noise), got {self.alone_rounds!r}")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@
 This module holds the secret seed, draws every item's inputs from it, computes the fp64 truth and
 compares. It never imports submission code: one child (``grader/child_gate.py``) runs every item,
 one at a time, told over its stdin; each item's inputs are written into the child's directory
-just before its ``go`` and its outputs come back as a file.
+just before its ``go`` and its outputs come back as bytes in the item's ``item_done`` frame, read
+before the next item starts (so no submission code runs between the outputs and the parent).
+A message the protocol does not expect now (an item that was not sent, a repeat) ends the child
+as tampered.
 
 Items: every case of `scoring.yaml` once per public seed; the zero-weight identity on one case per
 dtype (the largest of that dtype), which must hold bit for bit; the training-drift cases.
@@ -24,10 +27,19 @@ from typing import Any
 
 import torch
 
+from grader import census
 from grader.config import Budget, Case, DeadlineRule, ScoringConfig
 from grader.deadlines import plain_step_seconds
 from grader.report import CaseResult, CheckResult, RuleFinding, Severity
-from grader.sandbox import ARM_EVENT, ChildLimits, ChildResult, Deadline, Outcome, run_child
+from grader.sandbox import (
+    ARM_EVENT,
+    ChildLimits,
+    ChildResult,
+    Deadline,
+    Outcome,
+    ProtocolError,
+    run_child,
+)
 from task.inputs import DTYPES, BlockInputs, derive_seed, make_inputs
 from task.oracle import oracle_sgd, oracle_step
 
@@ -405,6 +417,8 @@ class _Conversation:
         self.current: int | None = None
         self.done: dict[int, float] = {}
         self.failed: dict[int, dict[str, Any]] = {}
+        self.outputs: dict[int, dict[str, Any] | str] = {}
+        self.once: set[str] = set()
         self.findings: list[RuleFinding] = []
         self.load_error = ""
         # Inputs handed out, kept for the checks (drawing them again costs as much).
@@ -436,12 +450,19 @@ class _Conversation:
 
     def __call__(self, message: dict[str, Any]) -> str | None:
         event = message.get("event")
-        if event == ARM_EVENT and self.due is None:
+        if event in (ARM_EVENT, "ready"):
+            if event in self.once:
+                raise ProtocolError(f"a second {event!r} message")
+            self.once.add(event)
+        if event == ARM_EVENT:
             self._start("importing solution.py", 0.0)
             return None
         if event == "ready":
             return self._send_next()
         if event == "item_start":
+            if _int(message.get("index")) != self.next - 1 or self.current is not None:
+                raise ProtocolError(f"item_start for item {message.get('index')!r}, but item "
+                                    f"{self.next - 1} was the one sent")
             self.current = _int(message.get("index"))
             if self.progress is not None and self.current is not None:
                 self.progress(self.items[self.current].name, len(self.done) + len(self.failed),
@@ -449,10 +470,18 @@ class _Conversation:
             return None
         if event in ("item_done", "item_failed"):
             index = _int(message.get("index"))
-            if index is None or not 0 <= index < len(self.items):
-                return None
+            if index is None or index != self.current or index in self.done:
+                raise ProtocolError(f"{event} for item {message.get('index')!r} while item "
+                                    f"{self.current} was running")
             if event == "item_done":
-                self.done[index] = float(message.get("wall_s") or 0.0)
+                self.done[index] = _wall(message.get("wall_s"))
+                # The outputs are read now, before the next item lets submission code run.
+                self.outputs[index] = _outputs(message)
+                # Every step the item announced must have brought its census by now: a summary
+                # the child kept back (its writer filtered) is a step nobody saw.
+                name = self.items[index].name
+                self.findings.extend(census.rule_findings(
+                    census.ledger_for(self).close_item(name), name))
             else:
                 self.failed[index] = message
             self.current = None
@@ -462,6 +491,14 @@ class _Conversation:
                 rule=str(message.get("rule")), severity=Severity.VIOLATION, source="runtime",
                 message=str(message.get("message")), phase=str(message.get("phase"))))
             return None
+        if event == "census":
+            # A step announced, or its op and kernel census: judged here, not in the child.
+            item = self.items[self.current] if self.current is not None else None
+            dims = census.BlockDims.of_case(item.case) if item is not None else None
+            found = census.judge_message(message, dims, census.ledger_for(self),
+                                         gpu=self.plain_device.startswith("cuda"))
+            self.findings.extend(census.rule_findings(found, census.message_label(message)))
+            return None
         if event == "load_failed":
             self.load_error = str(message.get("error", ""))
         return None
@@ -469,6 +506,42 @@ class _Conversation:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _wall(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+_BLOB_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+                "float16": torch.float16}
+
+
+def _outputs(message: dict[str, Any]) -> dict[str, Any] | str:
+    """An ``item_done`` message's outputs as the checks read them (``{"out": tensor,
+    "params_after": {"conv.weight": tensor}, "meta": json}``), or why they cannot be read."""
+    data: dict[str, Any] = {"meta": json.dumps(message.get("meta") or {})}
+    total = 0
+    for name, blob in (message.get("_blobs") or {}).items():
+        dtype = _BLOB_DTYPES.get(blob.dtype)
+        if dtype is None:
+            return f"{name} has element type {blob.dtype!r}"
+        numel = math.prod(blob.shape)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if numel * itemsize != len(blob.data) or min(blob.shape, default=1) < 0:
+            return (f"{name} has {len(blob.data)} bytes, its shape {blob.shape} and type "
+                    f"{blob.dtype} need {numel * itemsize}")
+        total += len(blob.data)
+        if total > _MAX_OUTPUT_BYTES:
+            return f"the outputs hold more than {_MAX_OUTPUT_BYTES} bytes"
+        tensor = torch.frombuffer(bytearray(blob.data), dtype=dtype) if numel else \
+            torch.empty(0, dtype=dtype)
+        tensor = tensor.reshape(blob.shape)
+        group, _, key = name.partition("/")
+        if key:
+            data.setdefault(group, {})[key] = tensor
+        else:
+            data[name] = tensor
+    return data
 
 
 def run_gate(
@@ -519,7 +592,6 @@ def run_gate(
     cases: list[CaseResult] = []
     frames: dict[str, tuple[str, ...]] = {}
     for item in items:
-        out_path = workdir / ".grader" / f"out-{item.index}.pt"
         wall = talk.done.get(item.index)
         if item.index in talk.failed:
             message = talk.failed[item.index]
@@ -529,18 +601,18 @@ def run_gate(
             cases.append(case_result(item, [], None, f"the submission {what}: {last}"))
             frames[item.name] = _frames(message.get("frames"))
             continue
-        if item.index not in talk.done or not out_path.is_file():
+        if item.index not in talk.done:
             if talk.current == item.index:
                 cases.append(case_result(item, [], None, f"the child died here: {_death(child)}"))
             continue  # never started: the child ended before it
-        if out_path.stat().st_size > _MAX_OUTPUT_BYTES:
-            cases.append(case_result(item, [], wall, "the output file is too large"))
+        data = talk.outputs.pop(item.index)
+        if isinstance(data, str):
+            cases.append(case_result(item, [], wall, f"unreadable output: {data}"))
             continue
         try:
-            data = torch.load(out_path, weights_only=True)
             checks = evaluate_item(item, data, secret, config, device, oracle_device,
                                    inputs=talk.inputs.pop(item.index, None))  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a malformed output file fails the item
+        except Exception as exc:  # noqa: BLE001 - malformed outputs fail the item
             cases.append(case_result(item, [], wall, f"unreadable output: {exc!r}"))
             continue
         cases.append(case_result(item, checks, wall))

@@ -131,6 +131,8 @@ def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
         oom = child.outcome is Outcome.OUT_OF_MEMORY
         status = Status.OUT_OF_MEMORY if oom else Status.LOAD_FAILED
         return status, [f"importing solution.py failed: {last}"]
+    if child.outcome is Outcome.TAMPERED:
+        return Status.RULE_BROKEN, [f"channel-tampering: the gate child {child.detail}"]
     if findings:
         return Status.RULE_BROKEN, [f"{f.rule} ({f.phase}): {f.message}" for f in findings]
     if child.outcome is Outcome.TOO_MANY_TASKS:

@@ -223,8 +223,13 @@ class ShapeTiming:
         utilisation: Worst check of the submission's timed steps against plain PyTorch, as a
             fraction of the dtype's budget.
         tail_ms: Median time the device kept working after the submission's step returned.
-        samples: The per-round windows r, g and the score were computed from (None when the
+        samples: The per-round times r, g and the score were computed from (None when the
             shape was not timed, or its samples were malformed).
+        t_plain_alone_ms, t_ref_alone_ms: Median steps of plain and the reference timed alone,
+            before the submission's process imported anything.
+        overhead_ms: The most a step's handshake cost around its window here (from the
+            baselines' steps); a step's time is at least its parent wall less this.
+        clock_disagreements: The submission's steps whose event window was shorter than that.
     """
 
     label: str
@@ -244,6 +249,10 @@ class ShapeTiming:
     utilisation: float | None = None
     tail_ms: float | None = None
     samples: ShapeSamples | None = None
+    t_plain_alone_ms: float | None = None
+    t_ref_alone_ms: float | None = None
+    overhead_ms: float | None = None
+    clock_disagreements: int | None = None
 
 
 @dataclass(frozen=True)

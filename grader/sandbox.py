@@ -22,10 +22,10 @@ in a fresh ``python -I`` interpreter:
 - a *deadline* the caller moves as the child makes progress (`Deadline`: a gate item, a timing
   stage), so a hang ends when its step is overdue rather than at the phase's wall-clock limit;
 - a result channel: a pipe whose write end the child inherits (its fd number in
-  ``GRADER_CHANNEL_FD``); the child writes one JSON object per line. The parent treats every
-  message as untrusted data (the submission shares the child's address space and could forge
-  one): messages only say *where* the child is and what it *claims*; verdicts come from files
-  the parent re-checks itself.
+  ``GRADER_CHANNEL_FD``), carrying authenticated, strictly ordered frames keyed with a secret
+  the parent writes to the child's stdin first (`grader.child.channel`); a frame that is not the
+  harness's next one ends the child as tampered. Messages only say *where* the child is and
+  what it *claims*, plus raw outputs the parent checks itself the moment they arrive.
 
 Outcomes are typed (`Outcome`), never inferred from strings.
 """
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
 import os
 import resource
 import selectors
@@ -47,14 +46,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.child.channel import (
+    ARM_EVENT,
+    CHANNEL_ENV,
+    KEY_BYTES,
+    KEY_PREFIX,
+    POOL_ENV,
+    ChannelError,
+    ChannelReader,
+    ChannelWriter,
+    ChildExit,
+    pin_pools,
+)
 from grader.config import PhaseLimit
 
-CHANNEL_ENV = "GRADER_CHANNEL_FD"
-"""Environment variable that tells the child which fd is the result channel's write end."""
-POOL_ENV = "GRADER_POOL_THREADS"
-"""Environment variable that tells a harness the size of torch's intra- and inter-op pools."""
-ARM_EVENT = "armed"
-"""The channel event (and its stdin reply) with which a harness arms the task limit."""
 # The thread-pool variables of every native library a child may load; each is set to the
 # child's pool size, so no pool is sized by the host's core count.
 _POOL_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -65,18 +70,7 @@ _POOL_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 _ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH")
 _POLL_S = 0.02
 _TAIL_BYTES = 8000
-_MAX_MESSAGE_BYTES = 1 << 20
 _MAX_MESSAGES = 100_000
-
-
-class ChildExit(enum.IntEnum):
-    """Exit codes a trusted child harness uses to say how it ended on purpose."""
-
-    OK = 0  # every requested item was handled and reported
-    HARNESS_ERROR = 1  # the harness itself failed (a grader bug, or Python's default for errors)
-    SUBMISSION_ERROR = 2  # importing or constructing the submission raised
-    OUT_OF_MEMORY = 3  # MemoryError or a torch out-of-memory error was caught
-    RULE_VIOLATION = 4  # a run-time rule check stopped the run
 
 
 class Outcome(enum.StrEnum):
@@ -89,6 +83,7 @@ class Outcome(enum.StrEnum):
     OUT_OF_MEMORY = "out_of_memory"  # over its memory limit (watchdog) or said so (ChildExit)
     TOO_MANY_TASKS = "too_many_tasks"  # more threads + processes than its limit; killed
     SPAWN_FAILED = "spawn_failed"  # the interpreter could not be started
+    TAMPERED = "tampered"  # its channel carried a frame that was not the harness's next one
 
 
 @dataclass(frozen=True)
@@ -306,37 +301,285 @@ def _tail(path: Path) -> str:
         return ""
 
 
-class _Channel:
-    """Line-buffered JSON reader of the child's result pipe; bad lines are dropped, not fatal."""
+class ChildProcess:
+    """One sandboxed child, driven step by step: spawn, talk, poll, finish.
+
+    `run_child` drives one to its end with callbacks; the timing phase drives two at once (the
+    submission's and the trusted baselines'), sending a command and waiting for the answer.
+    Every `poll` reads the channel (`grader.child.channel.ChannelReader`: a frame that is not
+    the harness's next one ends the child as tampered) and, at most every ``_POLL_S``, runs the
+    watchdog over the child's whole process tree (memory, tasks, wall clock, deadline).
+
+    Args: as `run_child`'s.
+    """
 
     def __init__(
         self,
-        on_message: Callable[[dict[str, Any]], str | None] | None,
-        reply: Callable[[str], None],
+        entry_script: Path,
+        workdir: Path,
+        args: Sequence[str],
+        limits: ChildLimits,
+        env_extra: Mapping[str, str] | None = None,
+        *,
+        deadline: Callable[[], Deadline | None] | None = None,
+        arm: bool = False,
+        python: str = sys.executable,
+        python_flags: Sequence[str] = ("-I",),
     ) -> None:
-        self.buffer = b""
+        self.limits = limits
+        self.workdir = Path(workdir)
+        self.deadline = deadline
+        self.arm = arm
         self.messages: list[dict[str, Any]] = []
-        self.on_message = on_message
-        self.reply = reply
+        self.ended = False
+        self.killed: tuple[Outcome, str] | None = None
+        self.start = time.monotonic()
+        self._key = os.urandom(KEY_BYTES)
+        self._reader = ChannelReader(self._key)
+        self._armed: list[int] = []
+        self._peak_rss, self._peak_tasks = 0.0, 0
+        self._next_watch = 0.0
+        self._channel_open = True
+        self._result: ChildResult | None = None
+        read_fd, write_fd = os.pipe()
+        env = child_env(self.workdir, env_extra, limits.pool_threads)
+        env[CHANNEL_ENV] = str(write_fd)
+        self._out_path = self.workdir / ".child-stdout"
+        self._err_path = self.workdir / ".child-stderr"
+        self.proc: subprocess.Popen[bytes] | None = None
+        try:
+            with self._out_path.open("wb") as out, self._err_path.open("wb") as err:
+                self.proc = subprocess.Popen(
+                    [python, *python_flags, str(entry_script), *args],
+                    cwd=self.workdir,
+                    env=env,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    pass_fds=(write_fd,),
+                    start_new_session=True,
+                    preexec_fn=_set_limits(limits),
+                    close_fds=True,
+                )
+        except OSError as exc:
+            os.close(read_fd)
+            self._result = ChildResult(Outcome.SPAWN_FAILED, None, None, 0.0, 0.0, 0,
+                                       detail=f"could not start {python}: {exc}")
+            self.ended = True
+            return
+        finally:
+            # The parent keeps only the read end, so EOF means every holder of the write end is
+            # gone.
+            with contextlib.suppress(OSError):
+                os.close(write_fd)
+        _become_subreaper()
+        self._read_fd = read_fd
+        os.set_blocking(read_fd, False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(read_fd, selectors.EVENT_READ)
+        self._seen: set[int] = {self.proc.pid}
+        self._tree: list[int] = [self.proc.pid]
+        # The key is the first thing the child reads, before any of its imports.
+        self.send(f"{KEY_PREFIX}{self._key.hex()}\n")
 
-    def feed(self, data: bytes) -> None:
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        if len(self.buffer) > _MAX_MESSAGE_BYTES:
-            self.buffer = b""
-        for line in lines:
-            if len(self.messages) >= _MAX_MESSAGES or not line.strip():
-                continue
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def armed_tasks(self) -> int | None:
+        return self._armed[0] if self._armed else None
+
+    def send(self, text: str) -> None:
+        """Write ``text`` to the child's stdin (its command channel); a child that stopped
+        reading, or died, does not stop the parent."""
+        if self.proc is None or self.proc.stdin is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write(text.encode())
+            self.proc.stdin.flush()
+
+    def tamper(self, reason: str) -> None:
+        """End the child: it broke the protocol (`Outcome.TAMPERED`)."""
+        self._kill(Outcome.TAMPERED, reason)
+
+    def _kill(self, outcome: Outcome, reason: str) -> None:
+        if self.killed is None and not self.ended and self.proc is not None:
+            self.killed = (outcome, reason)
+            _kill_all(process_tree(self.proc.pid), self.proc.pid)
+            self.proc.wait()
+            self.ended = True
+
+    def poll(self, timeout: float = _POLL_S, *, watch: bool = True) -> list[dict[str, Any]]:
+        """Wait up to ``timeout`` for channel data; return the new messages (each also kept in
+        ``messages``, and stamped with the parent's ``time.perf_counter()`` when its frame was
+        read, under ``"_received"``). Runs the watchdog when it is due and ``watch`` (a caller
+        timing a short step holds it off: a scan of /proc costs milliseconds); sets ``ended``
+        once the child is gone."""
+        if self.ended or self.proc is None:
+            return []
+        new: list[dict[str, Any]] = []
+        if self._channel_open:
+            for _key, _ in self._selector.select(timeout=timeout):
+                self._read(new)
+                if self.ended:
+                    return new
+        else:
+            time.sleep(timeout)
+        if self.proc.poll() is not None:
+            self.ended = True
+            return new
+        now = time.monotonic()
+        if watch and now >= self._next_watch:
+            self._next_watch = now + _POLL_S
+            self._watch(now)
+        return new
+
+    def _read(self, new: list[dict[str, Any]]) -> None:
+        while True:
             try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(message, dict):
+                data = os.read(self._read_fd, 1 << 20)
+            except BlockingIOError:
+                return
+            if not data:
+                self._channel_open = False
+                self._selector.unregister(self._read_fd)
+                return
+            try:
+                messages, broken = self._reader.feed(data), None
+            except ChannelError as exc:
+                messages, broken = exc.messages, exc
+            received = time.perf_counter()
+            for message in messages:
+                message["_received"] = received
+                if len(self.messages) >= _MAX_MESSAGES:
+                    self.tamper(f"it sent more than {_MAX_MESSAGES} messages")
+                    return
                 self.messages.append(message)
-                if self.on_message is not None:
-                    answer = self.on_message(message)
-                    if answer is not None:
-                        self.reply(answer)
+                new.append(message)
+                if self.arm and not self._armed and message.get("event") == ARM_EVENT:
+                    # Counted while the child waits for this reply, before any submission
+                    # code runs.
+                    self._armed.append(_usage(process_tree(self.proc.pid))[1])
+                    self.send(f"{ARM_EVENT}\n")
+            if broken is not None:
+                self.tamper(f"sent a frame that is not the harness's on its result channel: "
+                            f"{broken}")
+                return
+
+    def _task_limit(self) -> tuple[int, str]:
+        limits = self.limits
+        if not self.arm:
+            return limits.max_tasks, f"its limit of {limits.max_tasks}"
+        if not self._armed:
+            return limits.harness_max_tasks, f"the harness's limit of {limits.harness_max_tasks}"
+        armed = self._armed[0]
+        return armed + limits.max_tasks, (
+            f"its limit of {armed + limits.max_tasks} (the {armed} it held before the "
+            f"submission ran + {limits.max_tasks})")
+
+    def _watch(self, now: float) -> None:
+        assert self.proc is not None
+        limits = self.limits
+        self._tree = process_tree(self.proc.pid)
+        self._seen.update(self._tree)
+        rss, tasks = _usage(self._tree)
+        self._peak_rss, self._peak_tasks = max(self._peak_rss, rss), max(self._peak_tasks, tasks)
+        due = self.deadline() if self.deadline is not None else None
+        max_tasks, limit_text = self._task_limit()
+        if now - self.start > limits.wall_s:
+            self._kill(Outcome.TIMED_OUT, f"ran past its wall-clock limit of {limits.wall_s:g}s")
+        elif due is not None and now > due.at:
+            self._kill(Outcome.TIMED_OUT, f"ran past its deadline: {due.what}")
+        elif rss > limits.memory_mb:
+            self._kill(Outcome.OUT_OF_MEMORY, f"resident memory {rss:.0f} MiB went over its "
+                       f"limit of {limits.memory_mb} MiB")
+        elif self._armed and self._armed[0] > limits.harness_max_tasks:
+            self._kill(Outcome.TOO_MANY_TASKS,
+                       f"{self._armed[0]} threads and processes before the submission ran went "
+                       f"over the harness's limit of {limits.harness_max_tasks}")
+        elif tasks > max_tasks:
+            self._kill(Outcome.TOO_MANY_TASKS,
+                       f"{tasks} threads and processes went over {limit_text}")
+
+    def finish(self, kill: bool = False) -> ChildResult:
+        """Reap the child (killing it first if ``kill`` or it is still running), kill anything
+        it left, drain the channel; the `ChildResult`. Idempotent."""
+        if self._result is not None:
+            return self._result
+        assert self.proc is not None
+        proc = self.proc
+        if proc.poll() is None:
+            _kill_all(process_tree(proc.pid), proc.pid)
+            proc.wait()
+            if self.killed is None and not kill:
+                self.killed = (Outcome.TIMED_OUT, "was still running when its phase ended")
+        self.ended = True
+        # Anything the child started and left running dies with it; the caller may count it.
+        # A process that left the group (setsid) and lost its parent is re-parented to this
+        # process (a subreaper): it is found among our own children that the watchdog saw.
+        mine = {pid for pid, (ppid, _) in _scan().items() if ppid == os.getpid()}
+        leftover = tuple(sorted((set(process_tree(proc.pid)) | (mine & self._seen)) - {proc.pid}))
+        _kill_all(leftover, proc.pid)
+        for pid in leftover:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+        # Drain what the child wrote before it ended; a killed tree cannot write more, and the
+        # deadline guards against a grandchild that escaped the group and holds the pipe open.
+        drain_until = time.monotonic() + 1.0
+        drained: list[dict[str, Any]] = []
+        while self._channel_open and self.killed is None and time.monotonic() < drain_until:
+            if not self._selector.select(timeout=0.05):
+                continue
+            self._read(drained)
+        if self._reader.pending and self.killed is None and proc.returncode == 0:
+            self.killed = (Outcome.TAMPERED, f"it left {self._reader.pending} bytes of an "
+                           "unfinished frame on its result channel")
+        self._selector.close()
+        os.close(self._read_fd)
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # type: ignore[union-attr]
+        self._result = self._outcome(time.monotonic() - self.start, leftover)
+        return self._result
+
+    def _outcome(self, wall: float, leftover: tuple[int, ...]) -> ChildResult:
+        assert self.proc is not None
+        code = self.proc.returncode
+        sig = -code if code is not None and code < 0 else None
+        if self.killed is not None:
+            outcome, detail = self.killed
+            exit_code = None
+        elif sig is not None:
+            outcome, exit_code = Outcome.SIGNALED, None
+            detail = f"killed by signal {sig} ({_signal_name(sig)})"
+        elif code == ChildExit.OUT_OF_MEMORY:
+            outcome, exit_code = Outcome.OUT_OF_MEMORY, code
+            detail = "ran out of memory (the child caught an out-of-memory error)"
+        elif code != 0:
+            outcome, exit_code, detail = Outcome.EXITED, code, f"exited with status {code}"
+        else:
+            outcome, exit_code, detail = Outcome.OK, 0, ""
+        return ChildResult(
+            outcome=outcome,
+            exit_code=exit_code,
+            signal=sig if self.killed is None else signal.SIGKILL,
+            wall_s=wall,
+            peak_rss_mb=self._peak_rss,
+            peak_tasks=self._peak_tasks,
+            # The parent's receive stamps are for the live conversation, not the record.
+            messages=tuple({k: v for k, v in m.items() if k != "_received"}
+                           for m in self.messages),
+            stdout_tail=_tail(self._out_path),
+            stderr_tail=_tail(self._err_path),
+            detail=detail,
+            leftover_pids=leftover,
+            armed_tasks=self.armed_tasks,
+        )
+
+
+class ProtocolError(Exception):
+    """Raised by a `run_child` ``on_message`` callback: the message is one the protocol does not
+    allow now (extra, repeated, out of order); the child is ended as tampered."""
 
 
 def run_child(
@@ -357,7 +600,8 @@ def run_child(
 
     Args:
         entry_script: The trusted harness to run (its own imports are the harness's business;
-            ``-I`` keeps its directory off ``sys.path``).
+            ``-I`` keeps its directory off ``sys.path``). Its first act is to read the channel
+            key from stdin (`grader.child.channel.ChannelWriter`).
         workdir: The child's working directory, home and temp dir; its stdout/stderr land in
             ``workdir/.child-stdout`` and ``.child-stderr``.
         args: Command-line arguments after the script.
@@ -366,9 +610,10 @@ def run_child(
             ``TRITON_INTERPRET``...).
         on_message: Called in the parent for every channel message as it arrives (progress);
             a string it returns is written to the child's stdin (a reply; the child may read
-            its stdin as a command channel).
-        deadline: Asked at every poll for the current step's `Deadline` (None: none now); past
-            it the tree is killed as timed out with the deadline's text.
+            its stdin as a command channel); a `ProtocolError` it raises ends the child as
+            tampered.
+        deadline: Asked at every watchdog poll for the current step's `Deadline` (None: none
+            now); past it the tree is killed as timed out with the deadline's text.
         arm: The child is a harness that arms its task limit (`ARM_EVENT`): until it does, the
             tree may hold ``limits.harness_max_tasks``, afterwards what it held then plus
             ``limits.max_tasks``. Only the first arming counts. Without ``arm``, ``max_tasks``
@@ -379,178 +624,20 @@ def run_child(
     Returns:
         The `ChildResult`.
     """
-    workdir = Path(workdir)
-    read_fd, write_fd = os.pipe()
-    env = child_env(workdir, env_extra, limits.pool_threads)
-    env[CHANNEL_ENV] = str(write_fd)
-    out_path, err_path = workdir / ".child-stdout", workdir / ".child-stderr"
-    start = time.monotonic()
-    try:
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            proc = subprocess.Popen(
-                [python, *python_flags, str(entry_script), *args],
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-                preexec_fn=_set_limits(limits),
-                close_fds=True,
-            )
-    except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
-        return ChildResult(
-            Outcome.SPAWN_FAILED, None, None, 0.0, 0.0, 0, detail=f"could not start {python}: {exc}"
-        )
-    finally:
-        # The parent keeps only the read end, so EOF means every holder of the write end is gone.
-        with contextlib.suppress(OSError):
-            os.close(write_fd)
-
-    _become_subreaper()
-
-    def reply(text: str) -> None:
-        # A child that stopped reading (or died) must not stop the parent.
-        with contextlib.suppress(OSError, ValueError):
-            proc.stdin.write(text.encode())
-            proc.stdin.flush()
-
-    tree: list[int] = [proc.pid]
-    armed: list[int] = []  # the tree's task count when the child armed (at most one entry)
-
-    def on_channel(message: dict[str, Any]) -> str | None:
-        if arm and not armed and message.get("event") == ARM_EVENT:
-            # Counted while the child waits for this reply, before any submission code runs.
-            armed.append(_usage(process_tree(proc.pid))[1])
-            if on_message is not None:
-                on_message(message)  # the caller sees it (a deadline starts); its reply is ours
-            return f"{ARM_EVENT}\n"
-        return on_message(message) if on_message is not None else None
-
-    def task_limit() -> tuple[int, str]:
-        if not arm:
-            return limits.max_tasks, f"its limit of {limits.max_tasks}"
-        if not armed:
-            return limits.harness_max_tasks, f"the harness's limit of {limits.harness_max_tasks}"
-        return armed[0] + limits.max_tasks, (
-            f"its limit of {armed[0] + limits.max_tasks} (the {armed[0]} it held before the "
-            f"submission ran + {limits.max_tasks})")
-
-    channel = _Channel(on_channel, reply)
-    seen: set[int] = {proc.pid}
-    selector = selectors.DefaultSelector()
-    os.set_blocking(read_fd, False)
-    selector.register(read_fd, selectors.EVENT_READ)
-    peak_rss, peak_tasks = 0.0, 0
-    killed: tuple[Outcome, str] | None = None
-    channel_open = True
-    try:
-        while True:
-            if channel_open:
-                for _key, _ in selector.select(timeout=_POLL_S):
-                    try:
-                        data = os.read(read_fd, 1 << 16)
-                    except BlockingIOError:
-                        continue
-                    if data:
-                        channel.feed(data)
-                    else:
-                        channel_open = False
-                        selector.unregister(read_fd)
-            else:
-                time.sleep(_POLL_S)
-            if proc.poll() is not None:
-                break
-            tree = process_tree(proc.pid)
-            seen.update(tree)
-            rss, tasks = _usage(tree)
-            peak_rss, peak_tasks = max(peak_rss, rss), max(peak_tasks, tasks)
-            now = time.monotonic()
-            due = deadline() if deadline is not None else None
-            max_tasks, limit_text = task_limit()
-            if now - start > limits.wall_s:
-                killed = (Outcome.TIMED_OUT, f"ran past its wall-clock limit of {limits.wall_s:g}s")
-            elif due is not None and now > due.at:
-                killed = (Outcome.TIMED_OUT, f"ran past its deadline: {due.what}")
-            elif rss > limits.memory_mb:
-                killed = (
-                    Outcome.OUT_OF_MEMORY,
-                    f"resident memory {rss:.0f} MiB went over its limit of {limits.memory_mb} MiB",
-                )
-            elif armed and armed[0] > limits.harness_max_tasks:
-                killed = (Outcome.TOO_MANY_TASKS,
-                          f"{armed[0]} threads and processes before the submission ran went "
-                          f"over the harness's limit of {limits.harness_max_tasks}")
-            elif tasks > max_tasks:
-                killed = (Outcome.TOO_MANY_TASKS,
-                          f"{tasks} threads and processes went over {limit_text}")
-            if killed is not None:
-                _kill_all(tree, proc.pid)
-                proc.wait()
-                break
-        # Anything the child started and left running dies with it; the caller may count it.
-        # A process that left the group (setsid) and lost its parent is re-parented to this
-        # process (a subreaper): it is found among our own children that the watchdog saw.
-        mine = {pid for pid, (ppid, _) in _scan().items() if ppid == os.getpid()}
-        leftover = tuple(
-            sorted((set(process_tree(proc.pid)) | (mine & seen)) - {proc.pid})
-        )
-        _kill_all(leftover, proc.pid)
-        for pid in leftover:
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, 0)
-        # Drain what the child wrote before it ended; a killed tree cannot write more, and the
-        # deadline guards against a grandchild that escaped the group and holds the pipe open.
-        drain_until = time.monotonic() + 1.0
-        while channel_open and time.monotonic() < drain_until:
-            if not selector.select(timeout=0.05):
+    child = ChildProcess(entry_script, workdir, args, limits, env_extra, deadline=deadline,
+                         arm=arm, python=python, python_flags=python_flags)
+    while not child.ended:
+        for message in child.poll():
+            if on_message is None:
                 continue
             try:
-                data = os.read(read_fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not data:
+                answer = on_message(message)
+            except ProtocolError as exc:
+                child.tamper(str(exc))
                 break
-            channel.feed(data)
-    finally:
-        selector.close()
-        os.close(read_fd)
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-    wall = time.monotonic() - start
-
-    code = proc.returncode
-    sig = -code if code is not None and code < 0 else None
-    if killed is not None:
-        outcome, detail = killed
-        exit_code = None
-    elif sig is not None:
-        outcome, exit_code = Outcome.SIGNALED, None
-        detail = f"killed by signal {sig} ({_signal_name(sig)})"
-    elif code == ChildExit.OUT_OF_MEMORY:
-        outcome, exit_code = Outcome.OUT_OF_MEMORY, code
-        detail = "ran out of memory (the child caught an out-of-memory error)"
-    elif code != 0:
-        outcome, exit_code, detail = Outcome.EXITED, code, f"exited with status {code}"
-    else:
-        outcome, exit_code, detail = Outcome.OK, 0, ""
-    return ChildResult(
-        outcome=outcome,
-        exit_code=exit_code,
-        signal=sig if killed is None else signal.SIGKILL,
-        wall_s=wall,
-        peak_rss_mb=peak_rss,
-        peak_tasks=peak_tasks,
-        messages=tuple(channel.messages),
-        stdout_tail=_tail(out_path),
-        stderr_tail=_tail(err_path),
-        detail=detail,
-        leftover_pids=leftover,
-        armed_tasks=armed[0] if armed else None,
-    )
+            if answer is not None:
+                child.send(answer)
+    return child.finish()
 
 
 def _signal_name(sig: int) -> str:
@@ -560,52 +647,10 @@ def _signal_name(sig: int) -> str:
         return "unknown"
 
 
-class ChannelWriter:
-    """The child's end of the result channel: one JSON object per line, flushed at once.
-
-    Used by child harnesses (``grader/child_*.py``), not by the parent.
-    """
-
-    def __init__(self, fd: int | None = None) -> None:
-        if fd is None:
-            fd = int(os.environ[CHANNEL_ENV])
-        self._file = os.fdopen(fd, "w", buffering=1, closefd=True)
-
-    def send(self, event: str, **fields: Any) -> None:
-        self._file.write(json.dumps({"event": event, **fields}, default=str) + "\n")
-        self._file.flush()
-
-    def arm(self) -> None:
-        """Arm the parent's task limit (`ARM_EVENT`) and wait until it has counted this tree.
-
-        Call it right before the first submission code runs: what the process holds then is
-        the harness's (pools, CUDA driver threads, Triton), and only what comes after is the
-        submission's.
-        """
-        self.send(ARM_EVENT)
-        answer = sys.stdin.readline().strip()
-        if answer != ARM_EVENT:
-            raise RuntimeError(f"the parent answered {answer!r} to {ARM_EVENT!r}, expected "
-                               f"{ARM_EVENT!r}")
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._file.close()
-
-
-def pin_pools(torch: Any) -> int:
-    """Size torch's intra- and inter-op pools from `POOL_ENV` (the parent's choice), before any
-    parallel work has started them; returns the size. Harness side, right after ``import torch``."""
-    threads = int(os.environ.get(POOL_ENV, "4"))
-    torch.set_num_threads(threads)
-    # Raises once inter-op work has started; a harness calls this first, so it never has.
-    with contextlib.suppress(RuntimeError):
-        torch.set_num_interop_threads(threads)
-    return threads
-
-
 __all__ = [
     "ARM_EVENT",
+    "ChildProcess",
+    "ProtocolError",
     "CHANNEL_ENV",
     "POOL_ENV",
     "ChannelWriter",

@@ -1,24 +1,26 @@
-"""Timing phase, trusted side (SPEC §4–§6): run the timing child, then judge what it reported.
+"""Timing phase, trusted side (SPEC §4–§6): drive the two timing children, then judge.
 
-`run_timing` copies the submitted tree into a private directory, runs ``grader/child_timing.py``
-there through `grader.sandbox.run_child` (limits from ``limits.timing``), stamps every message of
-the child with its own clock, and reads the GPU's telemetry when each shape starts its warm-up,
-after the first and the last timed visit (the shapes are timed in turns), and when each shape is
-reported. Nothing the child computed is taken as a verdict. From the raw per-round samples this
-module computes, per shape:
+`run_timing` measures the plain block's step on every shape (the unit of every deadline), runs
+`grader.interleave.run_interleaved` (the trusted baselines process and the submission's process,
+one step at a time, every step timed by the parent's own clock), and judges what was measured.
+Nothing the submission's process says is taken as a verdict. Per shape:
 
+- each step's time is its event window unless the parent's wall, less the most the baselines'
+  steps cost around their windows, is longer (`step_times`): a window shorter than the parent saw
+  pass counts as the wall, and in more than `DISAGREE_LIMIT` of the steps it is implausible;
 - medians of t_plain, t_ref and t_sub, and r = t_plain/t_sub, g = t_plain/t_ref as medians of
   per-round paired ratios with bootstrap intervals that resample whole visits (`grader.stats`
   says why: rounds of one visit share the device's slow state);
-- the bandwidth floor: every sample of every block must be at least the bytes a step must move
+- the bandwidth floor: every step of every block must be at least the bytes a step must move
   over the GPU's peak bandwidth (`grader.plausibility`);
-- the clock bound: the timed windows of a shape add up to no more than the parent saw pass
-  between its start and its report (with the shapes timed in turns, that span holds the other
-  shapes' rounds too; the whole-run bound in `run_timing` is the tight one);
-- the event window bounded by the same window on the child's host clock;
-- the check numbers re-checked: the submission's utilisation against plain PyTorch within slack;
+- the baselines against themselves: plain and the reference timed alone before the submission's
+  process imported anything, and interleaved with it; if they moved beyond the alone rounds'
+  noise, the grade is void (`baseline_drift`);
+- the check numbers from the baselines process (the submission's answers against plain's within
+  `PLAIN_SLACK`, or against the fp64 oracle at the gate's budgets in sampled rounds);
 - the tail: work still running after the step returned on the caller's stream (a side stream
   the caller never waited for) is a broken rule, even though the window counted it;
+- the GPU memory the submission holds (`memory_verdict`);
 - the score of SPEC §5 and its bootstrap interval.
 
 Any failure makes the whole timing phase fail with score 0 and a reason: there is no partial
@@ -31,31 +33,26 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 import torch
 
-from grader import deadlines, plausibility, stats, telemetry
-from grader.config import TIMED_BLOCKS, DeadlineRule, Profile, Score, ScoringConfig, Shape
-from grader.orders import williams_orders
+from grader import deadlines, interleave, plausibility, stats, telemetry
+from grader.config import TIMED_BLOCKS, Profile, Score, ScoringConfig, Shape
 from grader.report import ShapeSamples, ShapeTiming, TimingReport
-from grader.sandbox import ARM_EVENT, Deadline
 
-CHILD_SCRIPT = Path(__file__).resolve().parent / "child_timing.py"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 BLOCKS = TIMED_BLOCKS
-UTIL_KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
+BASELINES = interleave.BASELINES
+UTIL_KEYS = interleave.UTIL_KEYS
 # Work left running after the step returned on the caller's stream. An honest step leaves only
 # the synchronize-and-record latency (tens of µs); a step whose work runs on a stream the caller
 # never waited for leaves most of the step.
@@ -66,15 +63,36 @@ TAIL_LIMIT_FRACTION = 0.25
 # budget of the oracle, so |sub − plain| ≤ 1.5 budgets by the triangle inequality. The parent
 # owns this number: it sends it to the child and judges with its own copy.
 PLAIN_SLACK = 1.5
-# The child's host clock may trail the event window only by launch and sync latency.
-HOST_SLACK_MS = 0.5
+# A step's event window lies inside the parent's go → done; the two clocks differ (the GPU's
+# timer, the host's), so the window may exceed the wall by this fraction plus this many ms.
+WALL_SLACK = 0.01
+WALL_SLACK_MS = 0.05
+# The most a step's handshake and evidence copies cost, read from the baselines' own steps of the
+# shape (wall − window): this quantile of them, plus a margin. A submission step whose window is
+# shorter than its wall less this is timed by the wall (`step_times`).
+OVERHEAD_QUANTILE = 0.9
+OVERHEAD_SLACK_MS = 0.05
+# More of the submission's steps than this disagreeing with the parent's clock is a lie about
+# time, not noise (the baselines' own disagree in 1 − OVERHEAD_QUANTILE of steps at most).
+DISAGREE_LIMIT = 0.25
+# Baselines against themselves: interleaved with the submission, plain's and the reference's
+# medians must stay within this fraction of their medians timed alone, or this multiple of the
+# alone rounds' own noise (their two halves apart), whichever is larger; else the grade is void.
+BASELINE_DRIFT = 0.05
+BASELINE_NOISE_MULTIPLE = 3.0
+# GPU memory the submission may hold across steps beyond its parameters: a few activations of
+# the largest shape (saved buffers, partial sums) plus a fixed allowance; and device memory
+# outside PyTorch's allocator (raw cudaMalloc) it may add.
+HOG_ACTIVATIONS = 4
+HOG_FIXED_BYTES = 512 << 20
+FOREIGN_MEMORY_BYTES = 1 << 30
 # Grades of one input shape on one GPU draw the same rounds in the bootstrap: intervals are a
 # property of the samples, not of the draw.
 BOOTSTRAP_SEED = stats.DEFAULT_SEED
-# The timing child times each shape in visits of one whole cycle of run orders (6 rounds; see
-# `_time_interleaved` in grader/child_timing.py), the shapes taking turns: round i of every shape
+# The parent times each shape in visits of one whole cycle of run orders (6 rounds; see
+# `grader.interleave`), the shapes taking turns: round i of every shape
 # belongs to visit i // VISIT_ROUNDS, and visit v of all shapes is one stretch of time.
-VISIT_ROUNDS = len(williams_orders(BLOCKS))
+VISIT_ROUNDS = interleave.VISIT_ROUNDS
 # Whole visits are resampled, read as Hesterberg's expanded percentile interval (grader/stats.py
 # says why; bench/interval_coverage.py measures it against the others).
 INTERVAL_METHOD = stats.IntervalMethod.VISITS
@@ -86,7 +104,8 @@ class TimingStatus(enum.StrEnum):
     OK = "ok"  # every shape timed, checked and scored
     RULE_BROKEN = "rule_broken"  # a run-time rule broke while timed (timer patched, thread...)
     CHECK_FAILED = "check_failed"  # a timed step's result was wrong
-    IMPLAUSIBLE = "implausible"  # a time below the bandwidth floor, or over the parent's clock
+    IMPLAUSIBLE = "implausible"  # a time below the bandwidth floor, or against the parent's clock
+    VOID = "void"  # the baselines' times moved once the submission ran beside them: regrade
     CRASHED = "crashed"  # the child or the submission failed
     TIMED_OUT = "timed_out"  # past the timing phase's wall-clock limit
     OUT_OF_MEMORY = "out_of_memory"  # over a memory limit
@@ -99,25 +118,25 @@ class TimingStatus(enum.StrEnum):
 
 @dataclass(frozen=True)
 class RawShape:
-    """What the child reported for one shape, with the parent's clock.
+    """What was measured of one shape (`grader.interleave.ShapeRaw`), as the analysis reads it.
 
     Attributes:
         shape: The profile's shape.
-        window_ms: Per block, per timed round: start → device idle (event clock).
+        window_ms: Per block, per timed round: the child's event window (start → device idle).
         tail_ms: Per block, per round: step returned → device idle.
-        host_ms: Per block, per round: the same window on the child's host clock.
+        wall_ms: Per block, per round: the parent's clock from ``go`` to ``done``.
+        alone_ms: Per baseline (``plain``, ``ref``): its event windows timed alone, in order.
         util: Per block (``ref``, ``sub``): worst utilisation of each check against plain.
         slack: Utilisation allowed against plain PyTorch (the parent's `PLAIN_SLACK`).
-        parent_s: Parent wall time between the shape's start and done messages.
     """
 
     shape: Shape
     window_ms: Mapping[str, Sequence[float]]
     tail_ms: Mapping[str, Sequence[float]]
-    host_ms: Mapping[str, Sequence[float]]
+    wall_ms: Mapping[str, Sequence[float]]
+    alone_ms: Mapping[str, Sequence[float]]
     util: Mapping[str, Mapping[str, float]]
     slack: float
-    parent_s: float
 
 
 @dataclass(frozen=True)
@@ -224,6 +243,18 @@ def _fail(label: str, status: TimingStatus, reason: str, **values: Any) -> Shape
                                     **values), status)
 
 
+def step_times(window: np.ndarray, wall: np.ndarray,
+               overhead_ms: float) -> tuple[np.ndarray, np.ndarray]:
+    """The times a shape is scored on, and which steps disagreed with the parent's clock.
+
+    A step's time is its event window unless the parent's wall time, less the most a step's
+    handshake and evidence copies took for the baselines (``overhead_ms``), is longer: then the
+    window said less than the parent saw, and the parent's bound is the time.
+    """
+    bound = wall - overhead_ms
+    return np.maximum(window, bound), window < bound
+
+
 def analyze_shape(
     raw: RawShape,
     score: Score,
@@ -232,10 +263,13 @@ def analyze_shape(
     channels: int,
     expansion: int,
     rounds: int,
+    alone_rounds: int,
     resamples: int = stats.DEFAULT_RESAMPLES,
     bootstrap: stats.Bootstrap | None = None,
+    dry_run: bool = False,
 ) -> ShapeVerdict:
-    """Judge one shape's raw samples: counts, floor, clocks, checks, tail, then r, g and score.
+    """Judge one shape: counts, the parent's clock, the floor, the baselines against themselves,
+    checks, tail, then r, g and the score.
 
     The intervals come from ``bootstrap``, by default the grade's (`grade_bootstrap`: whole
     visits of `VISIT_ROUNDS` rounds resampled, shared by every shape). The verdict's row carries
@@ -243,24 +277,56 @@ def analyze_shape(
     """
     label = raw.shape.label
     for name in BLOCKS:
-        for key, table in (("window", raw.window_ms), ("tail", raw.tail_ms),
-                           ("host", raw.host_ms)):
+        for key, table, want in (("window", raw.window_ms, rounds), ("tail", raw.tail_ms, rounds),
+                                 ("wall", raw.wall_ms, rounds)):
             got = len(table.get(name, ()))
-            if got != rounds:
+            if got != want:
                 return _fail(label, TimingStatus.GRADER_ERROR,
-                             f"{name}: {got} {key} samples reported, {rounds} expected")
+                             f"{name}: {got} {key} samples, {want} expected")
+    for name in BASELINES:
+        got = len(raw.alone_ms.get(name, ()))
+        if got != alone_rounds:
+            return _fail(label, TimingStatus.GRADER_ERROR,
+                         f"{name}: {got} samples timed alone, {alone_rounds} expected")
     try:
         windows = {n: stats.as_samples(raw.window_ms[n], f"{n} window") for n in BLOCKS}
+        walls = {n: stats.as_samples(raw.wall_ms[n], f"{n} wall") for n in BLOCKS}
+        alone = {n: stats.as_samples(raw.alone_ms[n], f"{n} alone") for n in BASELINES}
     except ValueError as exc:
         return _fail(label, TimingStatus.IMPLAUSIBLE, str(exc))
-    medians = {n: float(np.median(windows[n])) for n in BLOCKS}
+    for name in BLOCKS:
+        # The event window lies inside the parent's go → done; different clocks, so a margin.
+        over = np.flatnonzero(windows[name] > walls[name] * (1 + WALL_SLACK) + WALL_SLACK_MS)
+        if over.size:
+            i = int(over[0])
+            return _fail(label, TimingStatus.IMPLAUSIBLE,
+                         f"{name}: event window {windows[name][i]:.4g} ms is longer than the "
+                         f"parent's clock's {walls[name][i]:.4g} ms for the same step")
+    # What a step costs around its window (handshake, evidence copies, synchronizations) is the
+    # same code for every block; the baselines' own say how much it can be.
+    overheads = np.concatenate([walls[n] - windows[n] for n in BASELINES])
+    overhead = float(np.quantile(overheads, OVERHEAD_QUANTILE)) + OVERHEAD_SLACK_MS
+    times, disagree = {}, {}
+    for name in BLOCKS:
+        times[name], disagree[name] = step_times(windows[name], walls[name], overhead)
+    medians = {n: float(np.median(times[n])) for n in BLOCKS}
     boot = bootstrap if bootstrap is not None else grade_bootstrap(rounds, resamples=resamples)
-    samples = ShapeSamples(plain_ms=tuple(windows["plain"].tolist()),
-                           ref_ms=tuple(windows["ref"].tolist()),
-                           sub_ms=tuple(windows["sub"].tolist()),
+    samples = ShapeSamples(plain_ms=tuple(times["plain"].tolist()),
+                           ref_ms=tuple(times["ref"].tolist()),
+                           sub_ms=tuple(times["sub"].tolist()),
                            visit=tuple(stats.visits_of(rounds, VISIT_ROUNDS).tolist()))
+    alone_medians = {n: float(np.median(alone[n])) for n in BASELINES}
     values = dict(t_plain_ms=medians["plain"], t_ref_ms=medians["ref"], t_sub_ms=medians["sub"],
-                  samples=samples)
+                  samples=samples, t_plain_alone_ms=alone_medians["plain"],
+                  t_ref_alone_ms=alone_medians["ref"], overhead_ms=overhead,
+                  clock_disagreements=int(disagree["sub"].sum()))
+    share = float(disagree["sub"].mean())
+    if share > DISAGREE_LIMIT and not dry_run:
+        return _fail(label, TimingStatus.IMPLAUSIBLE,
+                     f"sub: the event window was shorter than the parent's clock allows in "
+                     f"{int(disagree['sub'].sum())} of {rounds} steps (its wall less "
+                     f"{overhead:.3g} ms of handshake; limit {DISAGREE_LIMIT:.0%} of steps)",
+                     **values)
 
     bytes_moved = plausibility.step_bytes(batch=raw.shape.batch, length=raw.shape.length,
                                           channels=channels, expansion=expansion,
@@ -268,20 +334,18 @@ def analyze_shape(
     floor = plausibility.floor_ms(bytes_moved, bandwidth)
     values["floor_ms"] = floor
     for name in BLOCKS:
-        check = plausibility.check_floor(list(windows[name]), floor)
+        check = plausibility.check_floor(list(times[name]), floor)
         if not check.ok:
             return _fail(label, TimingStatus.IMPLAUSIBLE, check.reason(name), **values)
-        host = np.asarray(raw.host_ms[name], dtype=np.float64)
-        over = np.flatnonzero(~(windows[name] <= host + HOST_SLACK_MS))
-        if over.size:
-            i = int(over[0])
-            return _fail(label, TimingStatus.IMPLAUSIBLE,
-                         f"{name}: event window {windows[name][i]:.4g} ms is longer than the "
-                         f"host clock's {host[i]:.4g} ms for the same step", **values)
-    bound = plausibility.ClockBound(
-        reported_s=sum(float(w.sum()) for w in windows.values()) / 1e3, parent_s=raw.parent_s)
-    if not bound.ok:
-        return _fail(label, TimingStatus.IMPLAUSIBLE, bound.reason(), **values)
+    for name in BASELINES:
+        moved, noise, limit = baseline_drift(alone[name], times[name])
+        if abs(moved) > limit and not dry_run:
+            return _fail(label, TimingStatus.VOID,
+                         f"{name} took {medians[name]:.4g} ms a step interleaved with the "
+                         f"submission and {alone_medians[name]:.4g} ms alone ({moved:+.1%}; "
+                         f"the two halves of the alone rounds differ by {noise:.1%}, limit "
+                         f"{limit:.1%}): the baselines moved, so nothing here can be scored; "
+                         "regrade", **values)
 
     sub_util = raw.util.get("sub", {})
     missing = [k for k in UTIL_KEYS if k not in sub_util]
@@ -326,6 +390,17 @@ def analyze_shape(
     return ShapeVerdict(timing, TimingStatus.OK, est.score_draws, boot)
 
 
+def baseline_drift(alone: np.ndarray, interleaved: np.ndarray) -> tuple[float, float, float]:
+    """How far a baseline's interleaved median moved from its alone median (a fraction), the
+    noise of the alone rounds (their two halves' medians, apart), and the limit on the move:
+    `BASELINE_DRIFT` or `BASELINE_NOISE_MULTIPLE` × that noise, whichever is larger."""
+    half = len(alone) // 2
+    first, second = float(np.median(alone[:half])), float(np.median(alone[half:]))
+    noise = abs(first / second - 1.0)
+    moved = float(np.median(interleaved)) / float(np.median(alone)) - 1.0
+    return moved, noise, max(BASELINE_DRIFT, BASELINE_NOISE_MULTIPLE * noise)
+
+
 def _as_util(value: Any) -> float:
     """A utilisation from JSON: a number, or "inf"/"nan" text; anything else is infinite."""
     try:
@@ -360,204 +435,46 @@ def task_score(verdicts: Sequence[ShapeVerdict]) -> tuple[float, tuple[float, fl
 # ----------------------------------------------------------------------------- the run
 
 
-def _bar(done: int, total: int, width: int = 24) -> str:
-    filled = width * done // total if total else width
-    return "#" * filled + "." * (width - filled)
+def _raw(profile: Profile, index: int, measured: interleave.ShapeRaw) -> RawShape:
+    util = {"ref": {}, "sub": {}}
+    if measured.util:
+        worst = np.max(np.asarray(measured.util, dtype=np.float64), axis=0)
+        # NaN (a non-finite reference value) counts as the worst possible.
+        worst = np.where(np.isnan(worst), np.inf, worst)
+        util = {n: dict(zip(UTIL_KEYS, map(float, row), strict=True))
+                for n, row in zip(("ref", "sub"), worst, strict=True)}
+    return RawShape(shape=profile.shapes[index], window_ms=measured.window_ms,
+                    tail_ms=measured.tail_ms, wall_ms=measured.wall_ms,
+                    alone_ms=measured.alone_ms, util=util, slack=PLAIN_SLACK)
 
 
-@dataclass
-class _Stages:
-    """The timing child's deadlines (`grader.deadlines`): each stage it announces gets
-    ``floor + multiple × t_plain`` of the work it stands for, counted in the plain block's steps
-    of each shape as the parent measured them before the child started.
-
-    Stages: the import (from arming to the first shape), each shape's warm-up (the last one's
-    also holds the untimed round of every shape and the first timed visit), each later timed
-    visit, the closing census of every shape (the child runs them all before its first report),
-    each later shape's report, the exit.
-    """
-
-    rule: DeadlineRule
-    plain_s: Sequence[float]
-    warmup: int
-    rounds: int
-    per_visit: int
-    due: Deadline | None = None
-    visit: int = 0
-
-    def start(self, what: str, plain_s: float) -> None:
-        self.due = Deadline(time.monotonic() + self.rule.seconds(plain_s),
-                            f"{what}: {self.rule.describe(plain_s)}")
-
-    def visit_rounds(self, visit: int) -> int:
-        """Timed rounds of each shape in visit ``visit`` (1-based; the last may be partial)."""
-        return max(0, min(self.per_visit, self.rounds - (visit - 1) * self.per_visit))
-
-    def on(self, event: str, index: int | None, visit: int | None, label: str) -> None:
-        """Move on to the stage that ``event`` opens (called for accepted messages only)."""
-        every = sum(self.plain_s)
-        last = len(self.plain_s) - 1
-        if event == ARM_EVENT and self.due is None:
-            self.start("importing solution.py and building the first shape", 0.0)
-        elif event == "shape_start" and index is not None:
-            work = self.warmup * self.plain_s[index]
-            what = f"warming up {label}"
-            if index == last:
-                work += every * (1 + self.visit_rounds(1))
-                what += ", one untimed round of every shape and the first timed visit"
-            self.start(what, work)
-        elif event == "progress" and visit == self.visit + 1:
-            self.visit = visit
-            if self.visit_rounds(visit + 1):
-                self.start(f"timed visit {visit + 1}", every * self.visit_rounds(visit + 1))
-            else:
-                # grader/child_timing.py `_time_shapes`: one census step of every shape, then
-                # the shapes' reports.
-                self.start("the closing census of every shape", every)
-        elif event == "shape_done" and index is not None:
-            if index < last:
-                self.start("reporting the next shape", 0.0)
-            else:
-                self.start("ending the timing child", 0.0)
-
-
-@dataclass
-class _Listener:
-    """Receives the child's messages: stamps them, snapshots telemetry, draws progress, moves
-    the deadline."""
-
-    shapes: Sequence[Shape]
-    progress: TextIO | None
-    stages: _Stages | None = None
-    uuid: str | None = None
-    started: dict[int, float] = field(default_factory=dict)
-    finished: dict[int, float] = field(default_factory=dict)
-    snapshots: list[telemetry.GpuSnapshot] = field(default_factory=list)
-    messages: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-
-    def deadline(self) -> Deadline | None:
-        return self.stages.due if self.stages is not None else None
-
-    def _stage(self, event: str, index: int | None = None, visit: int | None = None) -> None:
-        if self.stages is not None:
-            label = self.shapes[index].label if index is not None else ""
-            self.stages.on(event, index, visit, label)
-
-    def __call__(self, message: dict[str, Any]) -> None:
-        now = time.monotonic()
-        self.messages.append((now, message))
-        event = message.get("event")
-        index = message.get("index")
-        if event == ARM_EVENT:
-            self._stage(event)
-        if event == "hello":
-            device = message.get("device")
-            if isinstance(device, dict) and isinstance(device.get("uuid"), str):
-                self.uuid = device["uuid"]
-        if event in ("shape_start", "shape_done") and isinstance(index, int):
-            if not 0 <= index < len(self.shapes):
-                return
-            seen = self.started if event == "shape_start" else self.finished
-            if index in seen or (event == "shape_done" and index not in self.started):
-                return  # a repeat or an out-of-order message: the child's claims decide nothing
-            seen[index] = now
-            self._stage(event, index)
-            label = self.shapes[index].label
-            when = "before" if event == "shape_start" else "after"
-            self.snapshots.append(telemetry.snapshot(f"{when} {label}", uuid=self.uuid))
-            self._draw(index, event, message)
-        elif event == "progress":
-            visit, visits = message.get("visit"), message.get("visits")
-            if isinstance(visit, int) and isinstance(visits, int) and 0 < visit <= visits:
-                self._stage(event, visit=visit)
-                if visit in (1, visits):
-                    # The GPU's state while all shapes are timed: after the first visit and
-                    # after the last.
-                    self.snapshots.append(telemetry.snapshot(f"timed visit {visit}/{visits}",
-                                                             uuid=self.uuid))
-                self._print(f"[{_bar(visit, visits)}] {visit}/{visits} timed visits "
-                            f"(all {len(self.shapes)} shapes in turn)")
-        elif event == "failure":
-            self._print(f"timing: {message.get('kind')}: {message.get('reason')}")
-
-    def _draw(self, index: int, event: str, message: dict[str, Any]) -> None:
-        # Shapes warm up one after another, are timed together (`progress` above), and are
-        # judged one after another at the end.
-        total = len(self.shapes)
-        label = self.shapes[index].label
-        if event == "shape_start":
-            self._print(f"[{_bar(index, total)}] warming up {index + 1}/{total} {label}")
-        else:
-            self._print(f"[{_bar(index + 1, total)}] {index + 1}/{total} timed {label}")
-
-    def _print(self, text: str) -> None:
-        if self.progress is not None:
-            print(text, file=self.progress, flush=True)
-
-
-def _job(config: ScoringConfig, profile: Profile, *, seed: int, reference_module: str,
-         census: bool, device: str = "cuda") -> dict[str, Any]:
-    return {
-        "block": dataclasses.asdict(config.block),
-        "shapes": [{"batch": s.batch, "length": s.length, "dilation": s.dilation,
-                    "dtype": s.dtype} for s in profile.shapes],
-        "budgets": {name: {"forward_atol": b.forward_atol, "forward_rtol": b.forward_rtol,
-                           "grad_rel": b.grad_rel} for name, b in config.budgets.items()},
-        "warmup": profile.warmup,
-        "rounds": profile.rounds,
-        "seed": seed,
-        "reference_module": reference_module,
-        "census": census,
-        "slack": PLAIN_SLACK,
-        "device": device,
-    }
-
-
-def _raw_shapes(profile: Profile, listener: _Listener) -> dict[int, RawShape]:
-    out: dict[int, RawShape] = {}
-    for now, message in listener.messages:
-        if message.get("event") != "shape_done":
-            continue
-        index = message.get("index")
-        if not isinstance(index, int) or index in out or index not in listener.started:
-            continue
-        samples = message.get("samples")
-        if not 0 <= index < len(profile.shapes) or not isinstance(samples, dict):
-            continue
-
-        def column(key: str, samples: dict[str, Any] = samples) -> dict[str, list[float]]:
-            return {n: [float(v) for v in samples.get(n, {}).get(key, [])] for n in BLOCKS}
-
-        try:
-            out[index] = RawShape(
-                shape=profile.shapes[index],
-                window_ms=column("window_ms"),
-                tail_ms=column("tail_ms"),
-                host_ms=column("host_ms"),
-                util={n: dict(message.get("util", {}).get(n, {})) for n in ("ref", "sub")},
-                slack=PLAIN_SLACK,
-                parent_s=now - listener.started[index],
-            )
-        except (TypeError, ValueError, AttributeError):
-            continue
+def _overheads(shapes: Sequence[interleave.ShapeRaw]) -> dict[str, float | None]:
+    """Per block, the median of what its steps cost around their event windows (the parent's
+    wall less the window) over every timed step: the same step code for every block, so these
+    should agree."""
+    out: dict[str, float | None] = {}
+    for name in BLOCKS:
+        gaps = [w - e for raw in shapes
+                for w, e in zip(raw.wall_ms[name], raw.window_ms[name], strict=False)]
+        out[name] = float(np.median(gaps)) if gaps else None
     return out
 
 
-def _child_failure(listener: _Listener) -> dict[str, Any] | None:
-    for _, message in listener.messages:
-        if message.get("event") == "failure":
-            return message
-    return None
-
-
-_FAILURE_STATUS = {
-    "rule": TimingStatus.RULE_BROKEN,
-    "check": TimingStatus.CHECK_FAILED,
-    "oom": TimingStatus.OUT_OF_MEMORY,
-    "load": TimingStatus.CRASHED,
-    "crash": TimingStatus.CRASHED,
-    "harness": TimingStatus.GRADER_ERROR,
-}
+def memory_verdict(memory: Mapping[str, Any], profile: Profile, channels: int) -> str:
+    """Why the submission's GPU memory breaks the rule, or "" (it holds at most
+    `HOG_ACTIVATIONS` of the largest shape's fp32 activations plus `HOG_FIXED_BYTES` across
+    steps, and adds at most `FOREIGN_MEMORY_BYTES` outside PyTorch's allocator)."""
+    largest = max(s.batch * s.length * channels for s in profile.shapes)
+    allowed = HOG_ACTIVATIONS * largest * 4 + HOG_FIXED_BYTES
+    held = memory.get("held_bytes")
+    if isinstance(held, int | float) and held > allowed:
+        return (f"gpu-memory-hog: the submission holds {held / 2**20:.0f} MiB of GPU memory "
+                f"across steps (allowed {allowed / 2**20:.0f} MiB)")
+    foreign = memory.get("foreign_bytes")
+    if isinstance(foreign, int | float) and foreign > FOREIGN_MEMORY_BYTES:
+        return (f"gpu-memory-hog: {foreign / 2**20:.0f} MiB of GPU memory were taken outside "
+                f"PyTorch's allocator (allowed {FOREIGN_MEMORY_BYTES >> 20} MiB)")
+    return ""
 
 
 def run_timing(
@@ -568,11 +485,9 @@ def run_timing(
     gpu: int | None = None,
     gpu_name: str | None = None,
     progress: TextIO | None = sys.stderr,
-    seed: int | None = None,
     reference_module: str = "reference.block",
     census: bool = True,
     python: str = sys.executable,
-    on_child: Callable[[Any], None] | None = None,
     triton_cache: Path | None = None,
     dry_run_on_cpu: bool = False,
 ) -> TimingReport:
@@ -582,15 +497,13 @@ def run_timing(
         submission_root: The exported submitted tree (holds ``solution.py``).
         config: The loaded `scoring.yaml`.
         profile: Timing profile name; default: the one for this GPU (``timing.profiles.*.gpus``).
-        gpu: Index of the GPU to time on (the child sees only it); default: the caller's
+        gpu: Index of the GPU to time on (the children see only it); default: the caller's
             ``CUDA_VISIBLE_DEVICES`` if set, else GPU 0.
         gpu_name: GPU name for picking the profile when NVML cannot tell.
-        progress: Where the progress bar goes (None: silent).
-        seed: Seed of the timing inputs; default: fresh from the OS.
+        progress: Where the progress lines go (None: silent).
         reference_module: Module of the reference block (a stand-in in tests).
-        census: Run the op log and Triton launch census on the submission's warm-up steps.
-        python: Interpreter of the child.
-        on_child: Called with the `grader.sandbox.ChildResult` (tests, debugging).
+        census: Require a Triton kernel of the submission's own files in each of its steps.
+        python: Interpreter of the children.
         triton_cache: Share this Triton cache between children (tests and benchmarks only: a
             grade compiles into its own private cache, so nothing carries over between grades).
         dry_run_on_cpu: Run the whole harness on the CPU with the Triton interpreter and the host
@@ -600,8 +513,6 @@ def run_timing(
     Returns:
         The `TimingReport`; every failure is status ≠ ok with score 0 and a reason.
     """
-    from grader.sandbox import ChildLimits, run_child
-
     started = time.monotonic()
     env: dict[str, str] = {}
     visible = str(gpu) if gpu is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -617,82 +528,55 @@ def run_timing(
     if name not in config.timing.profiles:
         raise ValueError(f"profile {name!r} is not one of {sorted(config.timing.profiles)}")
     prof = config.timing.profiles[name]
-    if seed is None:
-        seed = int.from_bytes(os.urandom(4), "little")
-    # The plain block's step on every shape, measured here before the child holds the device:
-    # the unit of the child's deadlines.
+    # The plain block's step on every shape, measured here before the children hold the device:
+    # the unit of the children's deadlines.
     where = "cpu" if dry_run_on_cpu else f"cuda:{gpu if gpu is not None else 0}"
-    # A parent that cannot see the GPU (tests with a stand-in child) gives every stage its floor.
+    # A parent that cannot see the GPU (tests with a stand-in child) gives every step its floor.
     measurable = dry_run_on_cpu or torch.cuda.is_available()
     plain_s = [deadlines.shape_step_seconds(s.batch, s.length, s.dtype,
                                             dict(dataclasses.asdict(config.block),
                                                  dilation=s.dilation), where)
                if measurable else 0.0 for s in prof.shapes]
-    stages = _Stages(config.limits.deadlines.for_device(where), plain_s, prof.warmup,
-                     prof.rounds, VISIT_ROUNDS)
-    listener = _Listener(prof.shapes, progress, stages)
-    with tempfile.TemporaryDirectory(prefix="timing-") as tmp:
-        workdir = Path(tmp) / "work"
-        shutil.copytree(submission_root, workdir, ignore=shutil.ignore_patterns(".git"))
-        job_path = Path(tmp) / "job.json"
-        job_path.write_text(json.dumps(_job(config, prof, seed=seed,
-                                            reference_module=reference_module, census=census,
-                                            device="cpu" if dry_run_on_cpu else "cuda")))
-        limits = ChildLimits.from_phase(config.limits.timing)
-        result = run_child(CHILD_SCRIPT, workdir, [str(REPO_ROOT), str(job_path)], limits,
-                           env_extra=env, on_message=listener, python=python,
-                           deadline=listener.deadline, arm=True)
-    if on_child is not None:
-        on_child(result)
 
-    hello = next((m for _, m in listener.messages if m.get("event") == "hello"), {})
-    device = telemetry.merge_child(device, hello.get("device") or {})
+    def say(line: str) -> None:
+        if progress is not None:
+            print(line, file=progress, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="timing-") as tmp:
+        run = interleave.run_interleaved(
+            submission_root, Path(tmp), config, prof, plain_s=plain_s,
+            device="cpu" if dry_run_on_cpu else "cuda", env=env,
+            rule=config.limits.deadlines.for_device(where), reference_module=reference_module,
+            slack=PLAIN_SLACK, census=census, python=python, progress=say, uuid=device.uuid)
+    device = telemetry.merge_child(device, run.device)
     bandwidth = plausibility.peak_bandwidth(device.name, device.max_memory_clock_mhz,
                                             device.memory_bus_width_bits)
-    raws = _raw_shapes(prof, listener)
+    status, reason = TimingStatus(run.status), run.reason
     verdicts: list[ShapeVerdict] = []
     for index, shape in enumerate(prof.shapes):
-        if index in raws:
-            verdicts.append(analyze_shape(raws[index], config.score, bandwidth,
+        measured = run.shapes[index]
+        if status is TimingStatus.OK or len(measured.window_ms["sub"]) == prof.rounds:
+            verdicts.append(analyze_shape(_raw(prof, index, measured), config.score, bandwidth,
                                           channels=config.block.channels,
-                                          expansion=config.block.expansion, rounds=prof.rounds))
+                                          expansion=config.block.expansion, rounds=prof.rounds,
+                                          alone_rounds=prof.alone_rounds,
+                                          dry_run=dry_run_on_cpu))
         else:
             verdicts.append(_fail(shape.label, TimingStatus.NOT_TIMED,
-                                  "the timing run stopped before this shape"))
-
-    status, reason = TimingStatus.OK, ""
-    failure = _child_failure(listener)
-    findings = [m for _, m in listener.messages if m.get("event") == "finding"]
-    if failure is not None:
-        status = _FAILURE_STATUS.get(str(failure.get("kind")), TimingStatus.CRASHED)
-        reason = str(failure.get("reason", "the timing child failed"))
-        if failure.get("rule"):
-            reason = f"{failure['rule']}: {reason}"
-    elif findings:
-        status = TimingStatus.RULE_BROKEN
-        reason = f"{findings[0].get('rule')}: {findings[0].get('message')}"
-    elif not result.ok:
-        status = {
-            "timed_out": TimingStatus.TIMED_OUT,
-            "out_of_memory": TimingStatus.OUT_OF_MEMORY,
-        }.get(result.outcome.value, TimingStatus.CRASHED)
-        reason = f"the timing child {result.detail}"
-    elif not any(m.get("event") == "done" for _, m in listener.messages):
-        status, reason = TimingStatus.GRADER_ERROR, "the timing child ended without 'done'"
+                                  "the timing run stopped before this shape was timed"))
+    if status is TimingStatus.OK:
+        why = memory_verdict(run.memory, prof, config.block.channels)
+        if why:
+            status, reason = TimingStatus.RULE_BROKEN, why
     if status is TimingStatus.OK:
         bad = next((v for v in verdicts if v.status is not TimingStatus.OK), None)
         if bad is not None:
             status, reason = bad.status, f"{bad.timing.label}: {bad.timing.reason}"
-    if status is TimingStatus.OK:
-        # Whole-run clock bound: everything the child reported against the child's lifetime.
-        total = sum(sum(r.window_ms[n]) for r in raws.values() for n in BLOCKS) / 1e3
-        bound = plausibility.ClockBound(total, result.wall_s)
-        if not bound.ok:
-            status, reason = TimingStatus.IMPLAUSIBLE, bound.reason()
     value, ci = task_score(verdicts) if status is TimingStatus.OK else (0.0, None)
     shapes = tuple(v.timing for v in verdicts)
     if status is not TimingStatus.OK:
         shapes = tuple(_zeroed(s) for s in shapes)
+    sub, base = run.submission, run.baselines
     return TimingReport(
         profile=name,
         shapes=shapes,
@@ -708,18 +592,25 @@ def run_timing(
             "dry_run": dry_run_on_cpu,
             "peak_bandwidth_bytes_per_s": bandwidth.bytes_per_s,
             "peak_bandwidth_source": bandwidth.source,
-            "snapshots": [s.to_dict() for s in listener.snapshots],
-            "child_wall_s": result.wall_s,
-            "child_outcome": result.outcome.value,
-            "child_peak_rss_mb": result.peak_rss_mb,
-            "child_peak_tasks": result.peak_tasks,
-            "child_armed_tasks": result.armed_tasks,
-            "gpu_memory_accounting": next((m.get("gpu_memory") for _, m in listener.messages
-                                           if m.get("event") == "accounting"), None),
+            "snapshots": [s.to_dict() for s in run.snapshots],
+            "handshake_ms": run.handshake_ms,
+            "step_overhead_ms": _overheads(run.shapes),
+            "oracle_checks": {prof.shapes[i].label: {"rounds": len(raw.oracle_util),
+                                                     "worst": max(raw.oracle_util, default=None)}
+                              for i, raw in enumerate(run.shapes)},
+            "alone_rounds": prof.alone_rounds,
+            "child_wall_s": sub.wall_s if sub else None,
+            "child_outcome": sub.outcome.value if sub else None,
+            "child_peak_rss_mb": sub.peak_rss_mb if sub else None,
+            "child_peak_tasks": sub.peak_tasks if sub else None,
+            "child_armed_tasks": sub.armed_tasks if sub else None,
+            "baselines_outcome": base.outcome.value if base else None,
+            "baselines_stderr_tail": base.stderr_tail[-1000:] if base else "",
+            "gpu_memory_accounting": run.gpu_accounting,
+            "gpu_memory": {k: run.memory.get(k) for k in ("held_bytes", "foreign_bytes")},
             "plain_step_s": plain_s,
-            "child_stderr_tail": result.stderr_tail[-2000:],
-            "load_s": next((m.get("seconds") for _, m in listener.messages
-                            if m.get("event") == "loaded"), None),
+            "child_stderr_tail": sub.stderr_tail[-2000:] if sub else "",
+            "load_s": run.load_s,
         },
     )
 

@@ -20,12 +20,11 @@ from pathlib import Path
 import pytest
 from grader_helpers import assert_verdict, ci_config, corpus_workspace, expected_of, run_grade
 
-from grader import child_timing
-from grader.config import DeadlineRule, load_config
+from grader.child import steps
+from grader.config import load_config
 from grader.gate import build_items, run_gate
 from grader.report import Status
 from grader.sandbox import ChildLimits, Outcome
-from grader.timing import _Stages
 
 MANY_CORES = 64  # the pools an unpinned child would hold on a 64-core host
 
@@ -91,8 +90,8 @@ def test_gpu_memory_is_this_process_s_never_the_device_s(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(
         [_Process(me + 1, 50 * gib), _Process(me, 3 * gib), _Process(me + 2, 20 * gib)]))
     torch = _fake_torch(reserved=2 * gib)
-    assert child_timing._process_gpu_bytes(torch) == (3 * gib, "nvml per-process")
-    assert child_timing._foreign_bytes(torch) == 1 * gib
+    assert steps.process_gpu_bytes(torch) == (3 * gib, "nvml per-process")
+    assert steps.foreign_bytes(torch)[0] == 1 * gib
 
 
 def test_gpu_memory_rule_is_off_where_nvml_cannot_see_this_pid(
@@ -100,42 +99,12 @@ def test_gpu_memory_rule_is_off_where_nvml_cannot_see_this_pid(
     """In a PID namespace NVML lists host pids: the rule is not applied, and says why, rather
     than charging the whole device to the submission."""
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([_Process(1, 50 << 30)]))
-    used, how = child_timing._process_gpu_bytes(_fake_torch(0))
+    used, how = steps.process_gpu_bytes(_fake_torch(0))
     assert used is None and "none with this pid" in how
-    assert child_timing._foreign_bytes(_fake_torch(0)) is None
+    assert steps.foreign_bytes(_fake_torch(0))[0] is None
 
 
 # ----------------------------------------------------------------------------- deadlines
-
-
-def test_timing_stages_follow_the_child() -> None:
-    """Each stage gets the floor plus the multiple of the plain steps it stands for."""
-    rule = DeadlineRule(floor_s=90, plain_multiple=200)
-    stages = _Stages(rule, plain_s=[0.01, 0.02], warmup=5, rounds=14, per_visit=6)
-    now = time.monotonic()
-    stages.on("armed", None, None, "")
-    assert stages.due is not None and stages.due.what.startswith("importing solution.py")
-    assert stages.due.at == pytest.approx(now + 90, abs=1)
-    stages.on("shape_start", 0, None, "a")
-    assert stages.due.at == pytest.approx(now + 90 + 200 * 5 * 0.01, abs=1)
-    stages.on("shape_start", 1, None, "b")  # the last: warm-up, one untimed round, visit 1
-    assert "first timed visit" in stages.due.what
-    assert stages.due.at == pytest.approx(now + 90 + 200 * (5 * 0.02 + 0.03 * 7), abs=1)
-    stages.on("progress", None, 1, "")
-    assert stages.due.what.startswith("timed visit 2")
-    stages.on("progress", None, 1, "")  # a repeat moves nothing
-    assert stages.visit == 1
-    stages.on("progress", None, 2, "")
-    assert stages.due.what.startswith("timed visit 3")  # 2 rounds of 14: a partial visit
-    assert stages.due.at == pytest.approx(now + 90 + 200 * 0.03 * 2, abs=1)
-    stages.on("progress", None, 3, "")
-    assert stages.due.what.startswith("the closing census")
-    # The child runs every shape's census step before its first report.
-    assert stages.due.at == pytest.approx(now + 90 + 200 * 0.03, abs=1)
-    stages.on("shape_done", 0, None, "")
-    assert stages.due.what.startswith("reporting the next shape")
-    stages.on("shape_done", 1, None, "")
-    assert stages.due.what.startswith("ending")
 
 
 @pytest.mark.slow

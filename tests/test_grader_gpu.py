@@ -86,8 +86,8 @@ def test_gpu_memory_accounting_ignores_a_neighbour() -> None:
     import torch
 
     hog = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
-    code = ("import json, torch; from grader import child_timing; torch.empty(1, device='cuda'); "
-            "print(json.dumps(child_timing._process_gpu_bytes(torch)))")
+    code = ("import json, torch; from grader.child import steps; torch.empty(1, device='cuda'); "
+            "print(json.dumps(steps.process_gpu_bytes(torch)))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True)
     used, how = json.loads(out.stdout.splitlines()[-1])

@@ -13,11 +13,15 @@ import pytest
 from grader.sandbox import ChildExit, ChildLimits, Outcome, run_child
 
 LIMITS = ChildLimits(wall_s=5, memory_mb=400, max_tasks=16, open_files=64)
-PRELUDE = """
+REPO = Path(__file__).resolve().parent.parent
+PRELUDE = f"""
 import json, os, sys, time
-channel = os.fdopen(int(os.environ["GRADER_CHANNEL_FD"]), "w", buffering=1)
-def send(**m):
-    channel.write(json.dumps(m) + "\\n")
+sys.path.insert(0, {str(REPO)!r})
+from grader.child.channel import ChannelWriter
+channel = ChannelWriter()  # reads the key from the first line of stdin
+raw = os.fdopen(int(os.environ["GRADER_CHANNEL_FD"]), "wb", buffering=0, closefd=False)
+def send(event, **m):
+    channel.send(event, **m)
 """
 
 
@@ -112,9 +116,74 @@ for i in range(3):
     assert [m["line"] for m in r.messages if m["event"] == "got"] == ["go 0", "go 1", "go 2"]
 
 
-def test_garbage_on_the_channel_is_dropped(tmp_path: Path) -> None:
-    r = run(tmp_path, "channel.write('not json\\n[1,2]\\n'); send(event='fine')")
+def test_garbage_on_the_channel_is_tampering(tmp_path: Path) -> None:
+    r = run(tmp_path, "send('fine'); raw.write(b'not json\\n[1,2]\\n'); time.sleep(30)")
+    assert r.outcome is Outcome.TAMPERED, r
+    assert "not the harness's on its result channel" in r.detail and "starts with b'not '" in r.detail
     assert [m["event"] for m in r.messages] == ["fine"]
+
+
+# A forger who read the grader: the frame format, but not the key (a fresh one per child).
+_FORGED = """
+import hashlib, hmac, struct
+from grader.child.channel import HEADER, MAGIC
+def forge(seq, key):
+    body = json.dumps({{"seq": seq, "event": "shape_done", "blobs": []}}).encode()
+    head = HEADER.pack(MAGIC, len(body), 0)
+    raw.write(head + body + hmac.new(key, head + body, hashlib.sha256).digest())
+send("first")
+{action}
+send("after")
+time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize(("action", "why"), [
+    ("forge(1, bytes(32))", "does not carry the channel's tag"),
+    ("forge(0, channel._key)", "frame 0 arrived where frame 1 was due"),
+    ("forge(5, channel._key)", "frame 5 arrived where frame 1 was due"),
+])
+def test_forged_frames_end_the_child(tmp_path: Path, action: str, why: str) -> None:
+    """Without the key a frame fails its tag; with the key (found in the harness's memory) a
+    replayed or made-up sequence number is out of order."""
+    r = run(tmp_path, _FORGED.format(action=action))
+    assert r.outcome is Outcome.TAMPERED, r
+    assert why in r.detail, r.detail
+    assert [m["event"] for m in r.messages] == ["first"]
+
+
+def test_a_frame_with_the_key_and_the_next_number_displaces_the_harness(tmp_path: Path) -> None:
+    """The one forgery the channel alone cannot tell: the harness's own next message then
+    arrives out of order, and the protocol's owner (here: none) must not take the forged one
+    as final. The child is ended at the harness's next message."""
+    r = run(tmp_path, _FORGED.format(action="forge(1, channel._key)"))
+    assert r.outcome is Outcome.TAMPERED, r
+    assert "frame 1 arrived where frame 2 was due" in r.detail
+    assert [m["event"] for m in r.messages] == ["first", "shape_done"]
+
+
+def test_protocol_error_from_the_callback_ends_the_child(tmp_path: Path) -> None:
+    from grader.sandbox import ProtocolError
+
+    def on_message(message: dict) -> None:
+        if message["event"] == "extra":
+            raise ProtocolError("'extra' is not allowed now")
+
+    r = run(tmp_path, "send('ok'); send('extra'); time.sleep(30)", on_message=on_message)
+    assert r.outcome is Outcome.TAMPERED and "'extra' is not allowed now" in r.detail
+
+
+def test_blobs_arrive_with_their_bytes(tmp_path: Path) -> None:
+    body = """
+from grader.child.channel import Blob
+channel.send("out", blobs=[("a", Blob("uint8", (3, 1 << 20), bytes(range(3)) * (1 << 20)))], n=1)
+"""
+    r = run(tmp_path, body)
+    assert r.outcome is Outcome.OK, r
+    (msg,) = r.messages
+    blob = msg["_blobs"]["a"]
+    assert msg["n"] == 1 and blob.shape == (3, 1 << 20) and len(blob.data) == 3 << 20
+    assert blob.data[:4] == bytes([0, 1, 2, 0])
 
 
 def test_open_files_limit(tmp_path: Path) -> None:
@@ -138,11 +207,11 @@ _POOLS_THEN_ARM = """
 import threading
 for _ in range({pools}):
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
-send(event="armed")
-send(event="reply", line=sys.stdin.readline().strip())
+send("armed")
+send("reply", line=sys.stdin.readline().strip())
 for _ in range({added}):
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
-send(event="added")
+send("added")
 time.sleep(1.0)
 """
 
@@ -173,7 +242,7 @@ def test_only_the_first_arming_counts(tmp_path: Path) -> None:
     body = _POOLS_THEN_ARM.format(pools=2, added=0) + """
 for _ in range(40):
     threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
-send(event="armed")
+send("armed")
 time.sleep(1.0)
 """
     r = run(tmp_path, body, ChildLimits(wall_s=20, memory_mb=400, max_tasks=16), arm=True)

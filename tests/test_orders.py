@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from grader import child_timing, config
+from grader import config, interleave
 from grader.orders import williams_orders
 
 
@@ -48,6 +48,6 @@ def test_empty_and_repeated_names() -> None:
 
 
 def test_timing_child_and_config_agree_on_the_blocks() -> None:
-    assert child_timing.BLOCK_NAMES == config.TIMED_BLOCKS
+    assert interleave.BLOCKS == config.TIMED_BLOCKS
     for name, profile in config.load_config().timing.profiles.items():
         assert profile.rounds % len(williams_orders(config.TIMED_BLOCKS)) == 0, name

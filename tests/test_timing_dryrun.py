@@ -1,10 +1,11 @@
-"""The timing harness end to end without a GPU: a dry run on the CPU (Triton interpreter).
+"""The timing phase end to end without a GPU: a dry run on the CPU (Triton interpreter).
 
-The whole path (sandboxed child, reference hidden and re-imported from the workspace copy, rule
-guard and launch census on the warm-up steps, rounds with in-place new values, per-step checks
-against plain PyTorch, messages, the parent's verdicts) runs with the host clock in place of CUDA
-events; the times mean nothing. The GPU-only defenses (streams, events, memory, the floor) are
-in test_timing_gpu.py.
+The whole path (the trusted baselines process and the sandboxed submission process, the slab
+they share as a file, the authenticated channel, the rule guard and the launch census on every
+step, rounds with values drawn from the parent's seeds, per-round checks by the baselines
+process, the parent's clock and verdicts) runs with the host clock in place of CUDA events; the
+times mean nothing, and the clock and drift rules are not judged on them. The GPU-only defenses
+(streams, events, memory, the floor) are in test_timing_gpu.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from grader.config import Profile, Shape, load_config
 from grader.timing import run_timing
 
 # Two shapes, timed interleaved: two visits of one cycle (6 rounds) each.
-PROFILE = Profile(gpus=(), warmup=1, rounds=12,
+PROFILE = Profile(gpus=(), warmup=1, rounds=12, alone_rounds=2,
                   shapes=(Shape(2, 64, 3, "float32"), Shape(1, 16, 1, "float32")))
 CONFIG = with_profile(load_config(), "dry", PROFILE)
 
@@ -35,8 +36,12 @@ def triton_cache(tmp_path_factory):
     ("case", "status", "reason"),
     [
         ("control_reference", "ok", ""),
-        ("input_pointer_cache", "check_failed", "forward differs from plain pytorch"),
-        ("borrows_reference_kernels", "rule_broken", "foreign-triton-kernel"),
+        ("input_pointer_cache", "check_failed", "timed forward differs from"),
+        # The reference runs in another process: there is nothing to borrow, and the block
+        # runs its own copy.
+        ("borrows_reference_kernels", "ok", ""),
+        ("forges_channel_results", "rule_broken", "channel-tampering"),
+        ("slows_baselines_via_autograd_hook", "rule_broken", "global-state"),
     ],
 )
 def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_cache) -> None:
@@ -52,18 +57,21 @@ def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_ca
         for shape in report.shapes:
             assert shape.status == "ok" and shape.utilisation is not None
             assert shape.utilisation <= 1.5 and shape.t_sub_ms > 0
-        # Both shapes warm up, then their timed rounds take turns, then both are judged.
-        lines = [line.split("] ", 1)[1] for line in progress.getvalue().splitlines()]
+        # The baselines alone first, then both shapes warm up, then their timed rounds take
+        # turns.
+        lines = progress.getvalue().splitlines()
         a, b = (s.label for s in PROFILE.shapes)
-        assert lines == [f"warming up 1/2 {a}", f"warming up 2/2 {b}",
+        assert lines == [f"baselines alone: warming up 1/2 {a}",
+                         f"baselines alone: warming up 2/2 {b}",
+                         "baselines alone: 2 rounds of each shape",
+                         f"warming up 1/2 {a}", f"warming up 2/2 {b}",
                          "1/2 timed visits (all 2 shapes in turn)",
-                         "2/2 timed visits (all 2 shapes in turn)",
-                         f"1/2 timed {a}", f"2/2 timed {b}"], progress.getvalue()
+                         "2/2 timed visits (all 2 shapes in turn)"], progress.getvalue()
 
 
 @pytest.mark.slow
 def test_a_hang_while_timed_ends_at_its_stage_deadline(tmp_path, triton_cache) -> None:
-    """The hang comes after the warm-ups, in a timed visit: the visit's deadline ends it."""
+    """The hang comes after the warm-ups, in a timed step: the step's deadline ends it."""
     rule = dataclasses.replace(CONFIG.limits.deadlines.cpu, floor_s=30.0, plain_multiple=300.0)
     config = dataclasses.replace(CONFIG, limits=dataclasses.replace(
         CONFIG.limits, deadlines=dataclasses.replace(CONFIG.limits.deadlines, cpu=rule)))
@@ -73,6 +81,6 @@ def test_a_hang_while_timed_ends_at_its_stage_deadline(tmp_path, triton_cache) -
     report = run_timing(ws, config, profile="dry", progress=None, triton_cache=triton_cache,
                         dry_run_on_cpu=True)
     assert report.status == "timed_out", report.reason
-    assert "ran past its deadline: timed visit" in report.reason, report.reason
+    assert "ran past its deadline: a step of sub in" in report.reason, report.reason
     assert report.score == 0.0
     assert time.monotonic() - started < 240

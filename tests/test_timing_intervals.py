@@ -37,6 +37,7 @@ coverage = load_module(ROOT / "bench" / "interval_coverage.py", "bench_interval_
 SCORE = load_config().score
 H200 = plausibility.peak_bandwidth("NVIDIA H200", 3201.0, 6144)
 KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
+ALONE = 6
 
 
 def blocks_of(row: np.ndarray, visits: np.ndarray) -> list[list[int]]:
@@ -146,16 +147,16 @@ def raw_with_states(states: np.ndarray, *, dtype: str = "float32", seed: int = 0
         shape=Shape(batch=64, length=8192, dilation=1, dtype=dtype),
         window_ms=windows,
         tail_ms={n: [0.02] * rounds for n in windows},
-        host_ms={n: [w + 0.05 for w in v] for n, v in windows.items()},
+        wall_ms={n: [w + 1.0 for w in v] for n, v in windows.items()},
+        alone_ms={"plain": plain[:ALONE].tolist(), "ref": ref[:ALONE].tolist()},
         util={n: dict.fromkeys(KEYS, 0.1) for n in ("ref", "sub")},
         slack=1.5,
-        parent_s=1e3,
     )
 
 
 def verdict(raw: RawShape, **kw):
     return analyze_shape(raw, SCORE, H200, channels=128, expansion=2,
-                         rounds=len(raw.window_ms["sub"]), **kw)
+                         rounds=len(raw.window_ms["sub"]), alone_rounds=ALONE, **kw)
 
 
 def test_every_shape_of_a_grade_shares_one_draw_of_visits() -> None:

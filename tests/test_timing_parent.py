@@ -1,167 +1,548 @@
-"""run_timing's judgement of what a (fake) timing child said: statuses, reasons, clock bounds."""
+"""run_timing's driving of the two timing children and its judgement of what they said: statuses,
+reasons, the parent's clock, the order of commands (grader/interleave.py, grader/timing.py).
+
+The children are fakes (tests/interleave_fakes.py) that answer each command as the real ones do.
+"""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+import dataclasses
 
 import pytest
+from interleave_fakes import End, Script, apart, batch, done, install, on
 
-import grader.sandbox as sandbox
-from grader import telemetry
 from grader.config import Profile, Shape, load_config
-from grader.sandbox import ChildResult, Outcome
+from grader.orders import williams_orders
+from grader.sandbox import Outcome
 from grader.timing import run_timing
 
-ROUNDS = 6
-PROFILE = Profile(gpus=(), warmup=1, rounds=ROUNDS, shapes=(
-    Shape(32, 4096, 1, "float32"), Shape(32, 4096, 1, "bfloat16")))
-KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
+SHAPES = (Shape(32, 4096, 1, "float32"), Shape(32, 4096, 1, "bfloat16"))
+LABELS = [s.label for s in SHAPES]
+PROFILE = Profile(gpus=(), warmup=1, rounds=6, alone_rounds=2, shapes=SHAPES)
+ORDERS = [tuple(o) for o in williams_orders(("plain", "ref", "sub"))]
+ALONE_ORDERS = [("plain", "ref"), ("ref", "plain")]
+# The submission's first timed step of the second shape: after its warm-up and untimed round.
+FIRST_TIMED_OF_SHAPE_1 = {"nth": PROFILE.warmup + 2, "shape": 1, "block": "sub"}
 
 
-def config():
-    import dataclasses
-
+def config(profile: Profile = PROFILE):
     cfg = load_config()
-    timing = dataclasses.replace(cfg.timing, profiles={**cfg.timing.profiles, "t": PROFILE})
+    timing = dataclasses.replace(cfg.timing, profiles={**cfg.timing.profiles, "t": profile})
     return dataclasses.replace(cfg, timing=timing)
-
-
-def shape_messages(index: int, sub_ms: float = 2.0) -> list[dict]:
-    samples = {n: {"window_ms": [t] * ROUNDS, "tail_ms": [0.02] * ROUNDS,
-                   "host_ms": [t + 0.05] * ROUNDS}
-               for n, t in (("plain", 6.0), ("ref", 3.0), ("sub", sub_ms))}
-    util = {n: dict.fromkeys(KEYS, 0.1) for n in ("ref", "sub")}
-    return [{"event": "shape_start", "index": index},
-            {"event": "shape_done", "index": index, "samples": samples, "util": util,
-             "slack": 1.5}]
-
-
-def fake_child(monkeypatch, messages: list[dict], outcome: Outcome = Outcome.OK,
-               pause_s: float = 0.0, wall_s: float = 60.0) -> None:
-    monkeypatch.setattr(telemetry, "snapshot", lambda label, uuid=None, index=0:
-                        telemetry.GpuSnapshot(label=label, wall_time=0.0))
-    monkeypatch.setattr(telemetry, "device_info", lambda uuid=None, index=0:
-                        telemetry.DeviceInfo(name="NVIDIA H200", max_memory_clock_mhz=3201.0,
-                                             memory_bus_width_bits=6144, source="test"))
-
-    def run_child(script, workdir, args, limits, env_extra=None, on_message=None, **kw):
-        assert (Path(workdir) / "solution.py").exists()
-        for m in messages:
-            if m.get("event") == "shape_done":
-                time.sleep(pause_s)
-            on_message(m)
-        return ChildResult(outcome=outcome, exit_code=0 if outcome is Outcome.OK else None,
-                           signal=None, wall_s=wall_s, peak_rss_mb=1.0, peak_tasks=1,
-                           detail="" if outcome is Outcome.OK else "ran past its limit")
-
-    monkeypatch.setattr(sandbox, "run_child", run_child)
 
 
 @pytest.fixture
 def ws(tmp_path):
-    (tmp_path / "solution.py").write_text("")
-    return tmp_path
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "solution.py").write_text("")
+    return root
 
 
-def run(ws):
-    return run_timing(ws, config(), profile="t", progress=None, seed=1)
+def run(ws, profile: Profile = PROFILE):
+    return run_timing(ws, config(profile), profile="t", progress=None)
+
+
+def failure(**fields) -> list[list[dict]]:
+    return batch({"event": "failure", **fields})
+
+
+def assert_failed(report, status: str, *reason_parts: str) -> None:
+    assert report.status == status, (report.status, report.reason)
+    for part in reason_parts:
+        assert part in report.reason, report.reason
+    assert report.score == 0.0 and report.score_ci is None
+    assert all(s.score == 0.0 for s in report.shapes)
+
+
+# ----------------------------------------------------------------------------- an honest run
 
 
 def test_an_honest_run_is_scored_with_intervals(monkeypatch, ws) -> None:
-    fake_child(monkeypatch, [{"event": "hello", "device": {}}, *shape_messages(0),
-                             *shape_messages(1), {"event": "done"}], pause_s=0.1)
+    script = install(monkeypatch)
     report = run(ws)
     assert report.status == "ok", report.reason
     assert [s.status for s in report.shapes] == ["ok", "ok"]
-    assert report.shapes[0].r == pytest.approx(3.0) and report.shapes[0].g == pytest.approx(2.0)
+    for s in report.shapes:
+        assert s.r == pytest.approx(3.0) and s.g == pytest.approx(2.0)
+        assert s.t_plain_ms == pytest.approx(6.0) and s.t_ref_ms == pytest.approx(3.0)
+        assert s.t_sub_ms == pytest.approx(2.0)
+        assert s.t_plain_alone_ms == pytest.approx(6.0) and s.t_ref_alone_ms == pytest.approx(3.0)
+        # Wall − window of the baselines' steps, 90th percentile, + 0.05 ms.
+        assert s.overhead_ms == pytest.approx(0.35) and s.clock_disagreements == 0
+        assert s.samples.sub_ms == pytest.approx((2.0,) * PROFILE.rounds)
+        assert s.r_ci is not None and s.r_ci[0] <= 3.0 <= s.r_ci[1]
     assert 0 < report.score < 3 and report.score_ci is not None
-    assert report.telemetry["peak_bandwidth_source"] == "memory clock × bus width"
-    assert len(report.telemetry["snapshots"]) == 4
+    tel = report.telemetry
+    assert tel["peak_bandwidth_source"] == "memory clock × bus width"
+    assert tel["step_overhead_ms"] == pytest.approx({"plain": 0.3, "ref": 0.3, "sub": 0.3})
+    assert tel["handshake_ms"] == pytest.approx({"baselines": 0.05, "submission": 0.05})
+    assert tel["load_s"] == 0.25 and tel["gpu_memory_accounting"] == "test"
+    assert tel["child_outcome"] == "ok" and tel["baselines_outcome"] == "ok"
+    assert tel["child_armed_tasks"] == 30
+    assert [s["label"] for s in tel["snapshots"]] == [
+        "baselines alone", f"before {LABELS[0]}", f"before {LABELS[1]}", "timed visit 1/1"]
+    # Every step of the submission had a deadline named after it.
+    assert f"a step of sub in {LABELS[1]}: 90 s floor + 200 × 0 s plain = 90.0 s" in \
+        script.dues["submission"]
+
+
+# ----------------------------------------------------------------------------- the order of commands
+
+
+def token(command: dict) -> str:
+    cmd = command["cmd"]
+    if cmd == "fill":
+        return f"fill {command['shape']}"
+    if cmd == "go":
+        return f"go {command['shape']} {command['block']}"
+    if cmd == "check":
+        return f"check {command['shape']} {command['sub']}"
+    if cmd == "build":
+        return f"build {command['shape']}"
+    if cmd == "audit":
+        return f"audit {command['label']}"
+    return cmd
+
+
+def expected_commands(profile: Profile) -> list[tuple[str, str]]:
+    """The protocol, written out: who gets which command, in order."""
+    n = len(profile.shapes)
+    labels = [s.label for s in profile.shapes]
+    out = [("baselines", "ping")] * 20 + [("submission", "ping")] * 20
+
+    def round_(i: int, order: tuple[str, ...]) -> None:
+        out.append(("baselines", f"fill {i}"))
+        for name in order:
+            owner, other = ("submission", "baselines") if name == "sub" else \
+                ("baselines", "submission")
+            out.extend([(other, "flush"), (owner, f"go {i} {name}")])
+        out.append(("baselines", f"check {i} {'sub' in order}"))
+
+    # The baselines alone, the submission's process only flushing (nothing imported).
+    for i in range(n):
+        for r in range(profile.warmup):
+            round_(i, ALONE_ORDERS[r % 2])
+    for r in range(profile.alone_rounds):
+        for i in range(n):
+            round_(i, ALONE_ORDERS[r % 2])
+    out += [("submission", "attach"), ("submission", "load")]
+    for i in range(n):
+        out.append(("submission", f"build {i}"))
+        for r in range(profile.warmup):
+            round_(i, ORDERS[r % 6])
+        out += [("baselines", "collect"), ("submission", f"audit warm-up of {labels[i]}")]
+    for i in range(n):
+        round_(i, ORDERS[0])
+    for visit in range(profile.rounds // 6):
+        for i in range(n):
+            for t in range(6):
+                round_(i, ORDERS[(visit + t) % 6])
+        out += [("baselines", "collect"), ("submission", f"audit timed visit {visit + 1}")]
+    out += [("submission", "memory"), ("submission", "end"), ("baselines", "end")]
+    return out
+
+
+def test_commands_follow_the_protocol_in_order(monkeypatch, ws) -> None:
+    """Baselines alone first (warm-up, then alone rounds in turns), then the submission's
+    process attaches, loads and builds; per shape its warm-up and an audit; one untimed round per
+    shape; then visits of one whole Williams cycle per shape, the shapes in turn, the orders
+    rotated per visit, an audit after each visit; the memory last. Each round: fill, then per
+    block a flush by the other process and the block's go, then the check."""
+    profile = dataclasses.replace(PROFILE, rounds=12, warmup=2)
+    script = install(monkeypatch)
+    report = run(ws, profile)
+    assert report.status == "ok", report.reason
+    got = [(who, token(c)) for who, c in script.log]
+    want = expected_commands(profile)
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert g == w, f"command {k}: {g} instead of {w}"
+    # The submission's steps carry their shape's label.
+    assert all(c["label"] == LABELS[c["shape"]] for c in script.commands("submission", "go"))
+    # Every step numbered in the order sent, across both processes.
+    steps = [c["step"] for _, c in script.log if c["cmd"] == "go"]
+    assert steps == list(range(1, len(steps) + 1))
+    # No round drawn for the oracle (the fake's draw): every check against plain.
+    assert not any(c["oracle"] for c in script.commands("baselines", "check"))
+    # Fresh values every round, from a seed drawn then.
+    seeds = [c["seed"] for c in script.commands("baselines", "fill")]
+    assert len(set(seeds)) == len(seeds)
+
+
+def test_timed_rounds_visit_the_shapes_in_turn(monkeypatch, ws) -> None:
+    profile = dataclasses.replace(PROFILE, rounds=12)
+    script = install(monkeypatch)
+    report = run(ws, profile)
+    assert report.status == "ok", report.reason
+    gos = script.commands("submission", "go")
+    untimed = len(SHAPES) * (profile.warmup + 1)
+    assert "".join("ab"[c["shape"]] for c in gos[untimed:]) == "aaaaaabbbbbbaaaaaabbbbbb"
+    # Every shape's timed rounds: its orders rotated by one per visit, one whole cycle each.
+    checks = script.commands("baselines", "check")
+    assert sum(1 for c in checks if c["sub"]) == untimed + len(SHAPES) * profile.rounds
+    assert [len(s.samples.sub_ms) for s in report.shapes] == [12, 12]
+
+
+# ----------------------------------------------------------------------------- the submission fails
 
 
 @pytest.mark.parametrize(
-    ("failure", "status"),
+    ("where", "fields", "status"),
     [
-        ({"kind": "rule", "rule": "timer-patched", "reason": "time.perf_counter was replaced"},
-         "rule_broken"),
-        ({"kind": "check", "reason": "forward differs"}, "check_failed"),
-        ({"kind": "oom", "reason": "out of GPU memory"}, "out_of_memory"),
-        ({"kind": "crash", "reason": "the step raised"}, "crashed"),
-        ({"kind": "load", "reason": "import failed"}, "crashed"),
+        ("audit", {"kind": "rule", "rule": "timer-patched",
+                   "reason": "time.perf_counter was replaced"}, "rule_broken"),
+        ("go", {"kind": "check", "reason": "forward differs"}, "check_failed"),
+        ("go", {"kind": "oom", "reason": "out of GPU memory"}, "out_of_memory"),
+        ("go", {"kind": "crash", "reason": "the step raised"}, "crashed"),
+        ("build", {"kind": "crash", "reason": "the constructor raised"}, "crashed"),
+        ("load", {"kind": "load", "reason": "import failed"}, "crashed"),
     ],
 )
-def test_a_child_failure_fails_the_phase_with_its_reason(monkeypatch, ws, failure, status):
-    fake_child(monkeypatch, [*shape_messages(0), {"event": "failure", **failure}])
+def test_a_submission_failure_fails_the_phase_with_its_reason(monkeypatch, ws, where, fields,
+                                                              status) -> None:
+    hook = {"go": on("submission", "go", failure(**fields), **FIRST_TIMED_OF_SHAPE_1),
+            "audit": on("submission", "audit", failure(**fields), nth=2),
+            "build": on("submission", "build", failure(**fields), shape=1),
+            "load": on("submission", "load", failure(**fields))}[where]
+    script = install(monkeypatch, Script(hook=hook))
     report = run(ws)
-    assert report.status == status and failure["reason"] in report.reason
-    assert report.score == 0.0 and all(s.score == 0.0 for s in report.shapes)
-    assert report.shapes[1].status == "not_timed"
+    reason = f"{fields['rule']}: {fields['reason']}" if "rule" in fields else fields["reason"]
+    assert_failed(report, status, reason)
+    # A shape whose timed rounds were all taken is still analysed; one that was not, is not.
+    want = ["ok", "not_timed"] if where == "go" else ["not_timed", "not_timed"]
+    assert [s.status for s in report.shapes] == want
+    # The run stopped there: both children were told to end, and nothing else.
+    assert script.log[-2:] == [("submission", {"cmd": "end"}), ("baselines", {"cmd": "end"})]
+    assert report.telemetry["child_outcome"] == "exited"
 
 
-def test_a_finding_without_failure_still_breaks_the_rules(monkeypatch, ws) -> None:
-    fake_child(monkeypatch, [*shape_messages(0), *shape_messages(1),
-                             {"event": "finding", "rule": "new-thread", "message": "a thread"},
-                             {"event": "done"}], pause_s=0.1)
+@pytest.mark.parametrize("where", ["go", "audit"])
+def test_a_finding_breaks_the_rules(monkeypatch, ws, where) -> None:
+    finding = {"event": "finding", "rule": "new-thread", "phase": "step",
+               "message": "a thread was started"}
+    if where == "go":
+        hook = on("submission", "go", lambda c: apart(finding, done(c)), nth=1)
+    else:
+        hook = on("submission", "audit", batch(finding), nth=1)
+    install(monkeypatch, Script(hook=hook))
     report = run(ws)
-    assert report.status == "rule_broken" and "new-thread" in report.reason
+    assert_failed(report, "rule_broken", "new-thread: a thread was started")
+    assert [s.status for s in report.shapes] == ["not_timed", "not_timed"]
 
 
-def test_a_child_killed_by_the_watchdog_times_out(monkeypatch, ws) -> None:
-    fake_child(monkeypatch, shape_messages(0), outcome=Outcome.TIMED_OUT)
+@pytest.mark.parametrize(
+    ("cmd", "answer", "sent", "waited"),
+    [
+        # A repeat: the second done arrives while the parent waits for the next flush.
+        ("go", lambda c: apart(done(c), done(c)), "done", "flushed"),
+        # The old protocol's report.
+        ("go", batch({"event": "shape_done", "index": 0}), "shape_done", "done"),
+        # Out of order: an answer to a command not sent.
+        ("flush", batch({"event": "audited", "steps": []}), "audited", "flushed"),
+        ("audit", batch({"event": "memory", "held_bytes": 0}), "memory", "audited"),
+    ],
+)
+def test_a_message_the_parent_does_not_expect_ends_the_child_as_tampered(
+        monkeypatch, ws, cmd, answer, sent, waited) -> None:
+    install(monkeypatch, Script(hook=on("submission", cmd, answer, nth=3)))
     report = run(ws)
-    assert report.status == "timed_out" and "limit" in report.reason
+    assert_failed(report, "rule_broken",
+                  f"channel-tampering: the timing child sent {sent!r} while the parent waited "
+                  f"for {waited!r}")
+    assert report.telemetry["child_outcome"] == "tampered"
 
 
-def test_no_done_message_is_a_grader_error(monkeypatch, ws) -> None:
-    fake_child(monkeypatch, [*shape_messages(0), *shape_messages(1)], pause_s=0.1)
-    assert run(ws).status == "grader_error"
+@pytest.mark.parametrize(
+    ("who", "status", "reason"),
+    [
+        ("submission", "rule_broken", "channel-tampering: the timing child answered step "),
+        ("baselines", "grader_error", "the baselines child answered step "),
+    ],
+)
+def test_a_done_for_another_step_ends_the_child(monkeypatch, ws, who, status, reason) -> None:
+    """A ``done`` must name the step it answers: one sent early, or a stale one, is not the
+    step's clock."""
+    seen: list[int] = []
 
+    def early(command):
+        seen.append(command["step"])
+        return batch({**done(command), "step": command["step"] + 1})
 
-def test_times_the_parent_did_not_see_pass_are_implausible(monkeypatch, ws) -> None:
-    # 36 ms of windows reported per shape, but the messages arrive back to back.
-    msgs = [*shape_messages(0, sub_ms=2000.0), *shape_messages(1), {"event": "done"}]
-    fake_child(monkeypatch, msgs)
+    install(monkeypatch, Script(hook=on(who, "go", early, nth=3)))
     report = run(ws)
-    assert report.status == "implausible" and "grader's clock" in report.reason
+    step = seen[0]
+    assert_failed(report, status, f"{reason}{step + 1} to step {step}")
+
+
+def test_a_repeat_in_the_same_read_ends_the_child_as_tampered(monkeypatch, ws) -> None:
+    """Two answers in one read: the second waits its turn and is judged (tampering)."""
+    install(monkeypatch, Script(hook=on("submission", "go", lambda c: batch(done(c), done(c)),
+                                        nth=3)))
+    report = run(ws)
+    assert report.status == "rule_broken" and "channel-tampering" in report.reason
+
+
+@pytest.mark.parametrize(
+    ("outcome", "detail", "status", "reason"),
+    [
+        (Outcome.TIMED_OUT, "ran past its deadline: a step of sub", "timed_out",
+         "the timing child ran past its deadline: a step of sub"),
+        (Outcome.OUT_OF_MEMORY, "resident memory 9000 MiB went over its limit", "out_of_memory",
+         "the timing child resident memory 9000 MiB"),
+        (Outcome.TOO_MANY_TASKS, "90 threads and processes went over its limit", "rule_broken",
+         "new-thread: the timing child 90 threads"),
+        (Outcome.SIGNALED, "killed by signal 11 (SIGSEGV)", "crashed",
+         "the timing child killed by signal 11"),
+    ],
+)
+def test_a_submission_process_that_ends_gets_its_outcome(monkeypatch, ws, outcome, detail,
+                                                         status, reason) -> None:
+    install(monkeypatch, Script(hook=on("submission", "go", End(outcome, detail),
+                                        **FIRST_TIMED_OF_SHAPE_1)))
+    report = run(ws)
+    assert_failed(report, status, reason)
+    assert [s.status for s in report.shapes] == ["ok", "not_timed"]
+
+
+def test_a_submission_process_that_fails_at_the_end_crashed(monkeypatch, ws) -> None:
+    install(monkeypatch, Script(hook=on("submission", "end", End(
+        Outcome.EXITED, "exited with status 1", exit_code=1))))
+    report = run(ws)
+    assert_failed(report, "crashed", "the timing child exited with status 1")
+
+
+# ----------------------------------------------------------------------------- the baselines fail
+
+
+@pytest.mark.parametrize(
+    ("cmd", "answer", "reason"),
+    [
+        ("check", failure(kind="harness", reason="no CUDA device"), "no CUDA device"),
+        # Its failure is the grader's whatever kind it names.
+        ("go", failure(kind="check", reason="plain went wrong"), "plain went wrong"),
+        ("fill", End(Outcome.EXITED, "exited with status 1", "Traceback: boom", 1),
+         "the baselines child exited with status 1: Traceback: boom"),
+        ("fill", batch({"event": "finding", "rule": "x", "message": "y"}),
+         "the baselines child sent 'finding' while the parent waited for 'filled'"),
+    ],
+)
+def test_the_baselines_process_failing_is_a_grader_error(monkeypatch, ws, cmd, answer,
+                                                         reason) -> None:
+    install(monkeypatch, Script(hook=on("baselines", cmd, answer, nth=5)))
+    report = run(ws)
+    assert_failed(report, "grader_error", reason)
+
+
+@pytest.mark.parametrize(
+    ("who", "status", "reason"),
+    [
+        ("baselines", "grader_error", "the baselines child exited with status 1: ImportError"),
+        ("submission", "crashed", "the timing child exited with status 1"),
+    ],
+)
+def test_a_process_that_ends_before_it_starts(monkeypatch, ws, who, status, reason) -> None:
+    script = install(monkeypatch, Script(silent={who: End(Outcome.EXITED, "exited with status 1",
+                                                          "ImportError", 1)}))
+    report = run(ws)
+    assert_failed(report, status, reason)
+    assert [s.status for s in report.shapes] == ["not_timed", "not_timed"]
+    assert script.commands(cmd="go") == []
+
+
+# ----------------------------------------------------------------------------- the parent's clock
+
+
+def test_a_window_much_shorter_than_the_parent_saw_is_implausible(monkeypatch, ws) -> None:
+    install(monkeypatch, Script(sub_wall_extra_ms=5.0))
+    report = run(ws)
+    assert_failed(report, "implausible", f"{LABELS[0]}: sub: the event window was shorter than "
+                  "the parent's clock allows in 6 of 6 steps")
+    assert report.shapes[0].clock_disagreements == 6
+
+
+def test_a_few_late_answers_are_timed_by_the_parent(monkeypatch, ws) -> None:
+    """One step in six answered late (under the 25 % limit) is timed by the wall, less the
+    baselines' overhead, not by its window."""
+    script = Script()
+
+    def late(who, command, s):
+        if who == "submission" and command["cmd"] == "go" and command["shape"] == 0 \
+                and s.count("submission", "go", shape=0) == PROFILE.warmup + 2:
+            return s.children["submission"].stamped(done(command), 2.0 + 0.3 + 4.0)
+        return None
+
+    script.hook = late
+    install(monkeypatch, script)
+    report = run(ws)
+    assert report.status == "ok", report.reason
+    shape = report.shapes[0]
+    assert shape.clock_disagreements == 1
+    assert shape.samples.sub_ms[0] == pytest.approx(2.0 + 0.3 + 4.0 - 0.35)
+    assert shape.samples.sub_ms[1:] == pytest.approx((2.0,) * 5)
+
+
+def test_a_window_longer_than_the_parent_saw_is_implausible(monkeypatch, ws) -> None:
+    install(monkeypatch, Script(sub_wall_extra_ms=-1.0))
+    report = run(ws)
+    assert_failed(report, "implausible", "sub: event window 2 ms is longer than the parent's "
+                  "clock's 1.3 ms for the same step")
 
 
 def test_faster_than_the_bandwidth_floor_is_implausible(monkeypatch, ws) -> None:
-    fake_child(monkeypatch, [*shape_messages(0, sub_ms=0.001), *shape_messages(1),
-                             {"event": "done"}], pause_s=0.1)
+    install(monkeypatch, Script(windows={"plain": 6.0, "ref": 3.0, "sub": 0.001}))
     report = run(ws)
-    assert report.status == "implausible" and "physically possible" in report.reason
+    assert_failed(report, "implausible", f"{LABELS[0]}: sub: 6 step(s) faster than physically "
+                  "possible")
 
 
-def test_timed_rounds_visit_the_shapes_in_turn(monkeypatch) -> None:
-    """Each visit is one whole cycle of orders, rotated by the visit; a last partial visit; one
-    untimed round per shape first; every shape gets exactly ``rounds`` timed rounds."""
-    from grader import child_timing as ct
-    from grader.orders import williams_orders
+@pytest.mark.parametrize("name", ["plain", "ref"])
+def test_baselines_slower_interleaved_than_alone_void_the_grade(monkeypatch, ws, name) -> None:
+    alone = {"plain": 6.0, "ref": 3.0}
+    alone[name] *= 0.8
+    install(monkeypatch, Script(alone=alone))
+    report = run(ws)
+    assert_failed(report, "void", f"{LABELS[0]}: {name} took", "a step interleaved with the "
+                  "submission", "(+25.0%", "regrade")
 
-    orders = williams_orders(ct.BLOCK_NAMES)
-    calls: list[tuple[str, tuple[str, ...], bool]] = []
-    monkeypatch.setattr(ct, "_round", lambda ctx, st, order, timed: calls.append(
-        (st.label, tuple(order), timed)))
-    sent: list[dict] = []
 
-    class Channel:
-        def send(self, event: str, **fields: object) -> None:
-            sent.append({"event": event, **fields})
+# ----------------------------------------------------------------------------- checks and rules
 
-    ctx = ct._Ctx(torch=None, job={"orders": orders, "rounds": 8}, channel=Channel(),
-                  guard=None, timers=None, base=None, census=True)
-    shapes = [ct._Shape(index=i, label=label, runner=None, budget={}, activation=1,
-                        held_bytes=0, samples={}, util_rows=[]) for i, label in enumerate("ab")]
-    ct._time_interleaved(ctx, shapes)
 
-    assert calls[:2] == [("a", tuple(orders[0]), False), ("b", tuple(orders[0]), False)]
-    timed = calls[2:]
-    assert all(t for _, _, t in timed) and len(timed) == 16
-    labels = "".join(label for label, _, _ in timed)
-    assert labels == "a" * 6 + "b" * 6 + "aa" + "bb"
-    assert [o for label, o, _ in timed if label == "a"] == [
-        tuple(orders[k % 6]) for k in [0, 1, 2, 3, 4, 5, 1, 2]]
-    assert [labels.count(st.label) for st in shapes] == [8, 8]
-    assert sent == [{"event": "progress", "visit": 1, "visits": 2},
-                    {"event": "progress", "visit": 2, "visits": 2}]
+@pytest.mark.parametrize(("value", "shown"), [(1.6, "1.6"), (float("nan"), "inf")])
+def test_a_timed_answer_over_the_slack_stops_the_run_at_once(monkeypatch, ws, value,
+                                                             shown) -> None:
+    # Checks with the submission before shape 0's first timed round: every warm-up round and
+    # one untimed round per shape.
+    first_timed = len(SHAPES) * (PROFILE.warmup + 1)
+    script = install(monkeypatch, Script(
+        sub_util=lambda k: value if k >= first_timed else 0.1))
+    report = run(ws)
+    assert_failed(report, "check_failed", f"{LABELS[0]}: timed forward differs from plain "
+                  f"PyTorch: utilisation {shown} > 1.5")
+    assert [s.status for s in report.shapes] == ["not_timed", "not_timed"]
+    # Stopped after that round's check: one timed step of the submission, then only the ends.
+    assert len(script.commands("submission", "go")) == first_timed + 1
+    assert [c["cmd"] for _, c in script.log[-3:]] == ["check", "end", "end"]
+
+
+def test_rounds_held_to_the_oracle_are_judged_at_its_budgets(monkeypatch, ws) -> None:
+    """A round the parent draws (after its steps) for the fp64 oracle is held to utilisation 1 of
+    the gate's budgets, not to the slack against plain; its numbers are not plain's."""
+    first_timed = len(SHAPES) * (PROFILE.warmup + 1)
+    oracle = first_timed + 1  # shape 0's second timed round
+    shape_1 = first_timed + PROFILE.rounds  # shape 1's first
+    script = install(monkeypatch, Script(
+        oracle_checks=frozenset({oracle}),
+        sub_util=lambda k: {oracle: 0.9, shape_1: 1.2}.get(k, 0.1)))
+    report = run(ws)
+    assert report.status == "ok", report.reason
+    checks = [c for c in script.commands("baselines", "check") if c["sub"]]
+    assert [k for k, c in enumerate(checks) if c["oracle"]] == [oracle]
+    assert checks[oracle]["shape"] == 0 and checks[shape_1]["shape"] == 1
+    # The oracle round's 0.9 is not a number against plain; 1.2 against plain is in the slack.
+    assert report.shapes[0].utilisation == pytest.approx(0.1)
+    assert report.shapes[1].utilisation == pytest.approx(1.2)
+
+
+@pytest.mark.parametrize(("value", "shown"), [(1.2, "1.2"), (float("nan"), "inf")])
+def test_a_round_over_the_oracle_budget_fails_the_check(monkeypatch, ws, value, shown) -> None:
+    first_timed = len(SHAPES) * (PROFILE.warmup + 1)
+    script = install(monkeypatch, Script(
+        oracle_checks=frozenset({first_timed + 2}),
+        sub_util=lambda k: value if k == first_timed + 2 else 0.1))
+    report = run(ws)
+    assert_failed(report, "check_failed", f"{LABELS[0]}: timed forward differs from the fp64 "
+                  f"oracle: utilisation {shown} > 1")
+    assert len(script.commands("submission", "go")) == first_timed + 3
+
+
+def test_a_step_that_changed_its_inputs_fails_the_check(monkeypatch, ws) -> None:
+    changed = batch({"event": "checked", "util": [[0.1] * 5, [0.1] * 5], "changed": ["x"]})
+    script = install(monkeypatch, Script(hook=on("baselines", "check", changed, nth=1, sub=True)))
+    report = run(ws)
+    assert_failed(report, "check_failed",
+                  f"{LABELS[0]}: the submission's step changed its x")
+    assert len(script.commands("submission", "go")) == 1
+
+
+@pytest.mark.parametrize(
+    ("memory", "reason"),
+    [
+        ({"held_bytes": 1 << 40, "foreign_bytes": 0}, "gpu-memory-hog: the submission holds "
+         "1048576 MiB of GPU memory across steps"),
+        ({"held_bytes": 0, "foreign_bytes": 2 << 30}, "gpu-memory-hog: 2048 MiB of GPU memory "
+         "were taken outside PyTorch's allocator"),
+    ],
+)
+def test_memory_over_the_limit_breaks_the_rules(monkeypatch, ws, memory, reason) -> None:
+    install(monkeypatch, Script(memory={**memory, "accounting": "test"}))
+    report = run(ws)
+    assert_failed(report, "rule_broken", reason)
+    # Every shape was timed and keeps its measurements.
+    assert [s.status for s in report.shapes] == ["ok", "ok"]
+    assert report.shapes[0].r == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize(
+    ("step", "reason"),
+    [
+        ({"own": 1, "foreign": ["add_kernel (/elsewhere/k.py)"]},
+         "foreign-triton-kernel: add_kernel (/elsewhere/k.py) ran in"),
+        ({"own": 0, "foreign": []}, "no-triton-kernel: no Triton kernel defined in the "
+         f"submission was launched in {LABELS[0]}"),
+    ],
+)
+def test_the_launch_census_is_judged_after_each_warm_up(monkeypatch, ws, step, reason) -> None:
+    audited = batch({"event": "audited", "steps": [{"label": LABELS[0], **step}]})
+    install(monkeypatch, Script(hook=on("submission", "audit", audited, nth=1)))
+    report = run(ws)
+    assert_failed(report, "rule_broken", reason)
+
+
+@pytest.mark.parametrize("steps", [[1], "abc", [{"label": "x", "own": 1, "foreign": 5}],
+                                   [{"label": "x", "own": "1", "foreign": []}]])
+def test_a_malformed_launch_census_is_tampering(monkeypatch, ws, steps) -> None:
+    """The submission's process may have taken over its writer: what it sends is data, and data
+    of the wrong shape ends it as tampered, never as the grader's own error."""
+    install(monkeypatch, Script(hook=on("submission", "audit",
+                                        batch({"event": "audited", "steps": steps}))))
+    report = run(ws)
+    assert_failed(report, "rule_broken", "channel-tampering: the timing child sent a malformed "
+                  "launch census")
+
+
+def test_a_harness_failure_claimed_by_the_submission_is_its_crash(monkeypatch, ws) -> None:
+    install(monkeypatch, Script(hook=on("submission", "load", failure(
+        kind="harness", reason="the grader broke, honestly"))))
+    assert_failed(run(ws), "crashed", "the grader broke, honestly")
+
+
+def test_steps_whose_census_never_comes_are_tampering(monkeypatch, ws) -> None:
+    """Every step the submission's process announced must bring its op census by the next
+    audit; a writer that drops the summaries is caught here."""
+    install(monkeypatch, Script(hook=on("submission", "audit",
+                                        batch({"event": "audited", "steps": []}))))
+    assert_failed(run(ws), "rule_broken", "census-tampered: no census summary came for step "
+                  "step:float32:32x4096:d1#")
+
+
+def test_a_census_that_saw_a_torch_norm_breaks_the_rules(monkeypatch, ws) -> None:
+    """The summaries are judged by the parent (grader.census), here one with aten::var_mean."""
+    from grader.child.census import MARKER_PREFIX, NONCE_SEPARATOR, OpRecord, StepSummary
+
+    script = Script()
+    install(monkeypatch, script)
+
+    def audit(command: dict) -> list[list[dict]]:
+        label, nonce = script.children["submission"]._census[0]
+        summary = {"event": "census", "summary": StepSummary(
+            label=label, marker=f"{MARKER_PREFIX}{label}{NONCE_SEPARATOR}{nonce}", device="cuda",
+            events=40, raised=False, ops=(OpRecord("aten::var_mean", ((32, 4096, 128),), "", "",
+                                                   1),),
+            functions=(), kernels=None, host_copy_bytes=0, tampered=()).to_json()}
+        return batch(summary)
+
+    script.hook = on("submission", "audit", audit)
+    assert_failed(run(ws), "rule_broken", "torch-op-on-path: PyTorch convolution/normalization "
+                  "ops ran in step:float32:32x4096:d1#", "aten.var_mean")

@@ -1,17 +1,22 @@
-"""Rendering of the timing phase: table, plot, JSON, progress and message parsing (no GPU)."""
+"""Rendering of the timing phase: table, plot, JSON, progress lines and the raw samples' shaping
+(no GPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import math
 
 import pytest
+from interleave_fakes import install
 
 from grader import telemetry
-from grader.config import load_config
+from grader.config import Profile, Shape, load_config
+from grader.interleave import ShapeRaw
 from grader.plot import plot_speedups
 from grader.report import ShapeTiming, TimingReport
-from grader.timing import _Listener, _raw_shapes, render_table
+from grader.timing import PLAIN_SLACK, _overheads, _raw, render_table, run_timing
 
 CONFIG = load_config()
 
@@ -50,39 +55,73 @@ def test_timing_report_round_trips_through_json() -> None:
     assert back == report()
 
 
-def test_listener_stamps_messages_and_draws_progress(monkeypatch) -> None:
-    monkeypatch.setattr(telemetry, "snapshot", lambda label, uuid=None: telemetry.GpuSnapshot(
-        label=label, wall_time=0.0))
-    prof = CONFIG.timing.profiles["smoke"]
+def test_run_timing_draws_progress_by_phase(monkeypatch, tmp_path) -> None:
+    """The progress lines of a run with the fake children (tests/interleave_fakes.py): the
+    baselines alone, each shape's warm-up, each timed visit; the snapshots beside them."""
+    install(monkeypatch)
+    shapes = (Shape(32, 4096, 1, "float32"), Shape(32, 4096, 2, "bfloat16"))
+    prof = Profile(gpus=(), warmup=1, rounds=18, alone_rounds=4, shapes=shapes)
+    cfg = dataclasses.replace(CONFIG, timing=dataclasses.replace(
+        CONFIG.timing, profiles={**CONFIG.timing.profiles, "t": prof}))
+    (tmp_path / "solution.py").write_text("")
     out = io.StringIO()
-    listener = _Listener(prof.shapes, out)
-    samples = {n: {"window_ms": [1.0] * prof.rounds, "tail_ms": [0.01] * prof.rounds,
-                   "host_ms": [1.1] * prof.rounds} for n in ("plain", "ref", "sub")}
-    util = {n: dict.fromkeys(("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight"),
-                             0.1) for n in ("ref", "sub")}
-    listener({"event": "hello", "device": {"uuid": "GPU-x"}})
-    listener({"event": "shape_start", "index": 0, "label": "x"})
-    for visit in (1, 2, 3):
-        listener({"event": "progress", "visit": visit, "visits": 3})
-    listener({"event": "shape_done", "index": 0, "samples": samples, "util": util, "slack": 1.5})
-    # Forged or malformed messages are ignored, never fatal.
-    listener({"event": "shape_done", "index": 1, "samples": samples})  # never started
-    listener({"event": "shape_start", "index": 99})
-    listener({"event": "shape_done", "index": 0, "samples": "junk"})  # duplicate
-    listener({"event": "progress", "visit": 4, "visits": 3})
-    listener({"event": "progress", "visit": "1", "visits": None})
-    raws = _raw_shapes(prof, listener)
-    assert list(raws) == [0]
-    assert raws[0].window_ms["sub"] == [1.0] * prof.rounds and raws[0].parent_s >= 0
-    assert listener.uuid == "GPU-x"
-    assert [s.label for s in listener.snapshots] == [
-        f"before {prof.shapes[0].label}", "timed visit 1/3", "timed visit 3/3",
-        f"after {prof.shapes[0].label}"]
-    text = out.getvalue()
-    assert f"warming up 1/2 {prof.shapes[0].label}" in text
-    assert "[########################] 3/3 timed visits (all 2 shapes in turn)" in text
-    assert "4/3" not in text
-    assert f"1/2 timed {prof.shapes[0].label}" in text
+    report = run_timing(tmp_path, cfg, profile="t", progress=out)
+    assert report.status == "ok", report.reason
+    a, b = (s.label for s in shapes)
+    assert out.getvalue().splitlines() == [
+        f"baselines alone: warming up 1/2 {a}",
+        f"baselines alone: warming up 2/2 {b}",
+        "baselines alone: 4 rounds of each shape",
+        f"warming up 1/2 {a}",
+        f"warming up 2/2 {b}",
+        "1/3 timed visits (all 2 shapes in turn)",
+        "2/3 timed visits (all 2 shapes in turn)",
+        "3/3 timed visits (all 2 shapes in turn)",
+    ]
+    assert [s["label"] for s in report.telemetry["snapshots"]] == [
+        "baselines alone", f"before {a}", f"before {b}", "timed visit 1/3", "timed visit 3/3"]
+    rows = render_table(report).splitlines()[2:]
+    assert [row.split()[0] for row in rows[:2]] == [a, b]
+    assert all(row.endswith(" ok") for row in rows[:2]) and rows[2].endswith("status ok")
+
+
+def test_a_silent_run_prints_nothing(monkeypatch, tmp_path, capsys) -> None:
+    install(monkeypatch)
+    prof = Profile(gpus=(), warmup=1, rounds=6, alone_rounds=2,
+                   shapes=(Shape(32, 4096, 1, "float32"),))
+    cfg = dataclasses.replace(CONFIG, timing=dataclasses.replace(
+        CONFIG.timing, profiles={**CONFIG.timing.profiles, "t": prof}))
+    (tmp_path / "solution.py").write_text("")
+    assert run_timing(tmp_path, cfg, profile="t", progress=None).status == "ok"
+    assert capsys.readouterr() == ("", "")
+
+
+def test_raw_takes_the_worst_check_of_each_block_and_nan_as_infinite() -> None:
+    prof = CONFIG.timing.profiles["smoke"]
+    measured = ShapeRaw()
+    measured.window_ms["sub"].append(1.0)
+    measured.util += [[[0.1, 0.2, 0.3, 0.4, 0.5], [0.5, 0.4, 0.3, 0.2, 0.1]],
+                      [[0.3, 0.1, 0.1, float("nan"), 0.1], [0.1, 0.9, 0.1, 0.1, 0.1]]]
+    raw = _raw(prof, 0, measured)
+    assert raw.shape == prof.shapes[0] and raw.slack == PLAIN_SLACK
+    assert raw.window_ms["sub"] == [1.0]
+    keys = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
+    assert raw.util == {"ref": dict(zip(keys, [0.3, 0.2, 0.3, math.inf, 0.5], strict=True)),
+                        "sub": dict(zip(keys, [0.5, 0.9, 0.3, 0.2, 0.1], strict=True))}
+    # No round with the submission: no check numbers (the analysis says so).
+    assert _raw(prof, 0, ShapeRaw()).util == {"ref": {}, "sub": {}}
+
+
+def test_overheads_are_the_median_gap_of_each_block_over_every_shape() -> None:
+    one, two = ShapeRaw(), ShapeRaw()
+    one.window_ms.update(plain=[5.0, 5.0], ref=[2.0], sub=[1.0, 1.0])
+    one.wall_ms.update(plain=[5.2, 5.4], ref=[2.3], sub=[1.1, 1.2])
+    two.window_ms.update(plain=[5.0], sub=[1.0])
+    two.wall_ms.update(plain=[5.3], sub=[1.9])
+    got = _overheads([one, two])
+    assert got["plain"] == pytest.approx(0.3) and got["ref"] == pytest.approx(0.3)
+    assert got["sub"] == pytest.approx(0.2)
+    assert _overheads([ShapeRaw()]) == {"plain": None, "ref": None, "sub": None}
 
 
 def test_telemetry_without_a_gpu_says_so() -> None:

@@ -15,31 +15,39 @@ SCORE = load_config().score
 H200 = plausibility.peak_bandwidth("NVIDIA H200", 3201.0, 6144)
 SHAPE = Shape(batch=32, length=4096, dilation=1, dtype="float32")
 ROUNDS = 40
+ALONE = 12
 
 
 def raw(plain: float, ref: float, sub: float, *, shape: Shape = SHAPE, noise: float = 0.01,
-        seed: int = 0, tail: float = 0.02, util: float = 0.1, parent_s: float | None = None,
-        rounds: int = ROUNDS, base_tail: float = 0.02) -> RawShape:
-    """Samples of one shape; ``tail`` is the submission's, ``base_tail`` the baselines'."""
+        seed: int = 0, tail: float = 0.02, util: float = 0.1, rounds: int = ROUNDS,
+        base_tail: float = 0.02, overhead: float = 1.2, alone: tuple[float, float] | None = None,
+        alone_rounds: int = ALONE) -> RawShape:
+    """Samples of one shape; ``tail`` is the submission's, ``base_tail`` the baselines'; every
+    step's parent wall is its window plus ``overhead`` ms (± 0.02); the baselines alone take
+    ``alone`` (default: their interleaved times)."""
     rng = np.random.default_rng(seed)
     drift = 1 + 0.1 * np.sin(np.arange(rounds))  # shared by the three blocks of a round
     windows = {n: list(t * drift * (1 + noise * rng.standard_normal(rounds)))
                for n, t in (("plain", plain), ("ref", ref), ("sub", sub))}
-    total = sum(sum(v) for v in windows.values()) / 1e3
+    walls = {n: [w + overhead + 0.02 * rng.standard_normal() for w in v]
+             for n, v in windows.items()}
+    plain_alone, ref_alone = alone if alone is not None else (plain, ref)
     return RawShape(
         shape=shape,
         window_ms=windows,
         tail_ms={n: [tail if n == "sub" else base_tail] * rounds for n in windows},
-        host_ms={n: [w + 0.05 for w in v] for n, v in windows.items()},
+        wall_ms=walls,
+        alone_ms={n: list(t * (1 + noise * rng.standard_normal(alone_rounds)))
+                  for n, t in (("plain", plain_alone), ("ref", ref_alone))},
         util={n: dict.fromkeys(("forward", "grad_x", "conv.weight", "fc1.weight",
                                 "fc2.weight"), util) for n in ("ref", "sub")},
         slack=1.5,
-        parent_s=total + 1.0 if parent_s is None else parent_s,
     )
 
 
 def verdict(r: RawShape):
-    return analyze_shape(r, SCORE, H200, channels=128, expansion=2, rounds=len(r.window_ms["sub"]))
+    return analyze_shape(r, SCORE, H200, channels=128, expansion=2, rounds=len(r.window_ms["sub"]),
+                         alone_rounds=len(r.alone_ms["plain"]))
 
 
 # ------------------------------------------------------------------ the score function (SPEC §5)
@@ -91,16 +99,42 @@ def test_below_the_bandwidth_floor_is_implausible() -> None:
     assert "faster than physically possible" in v.timing.reason and v.timing.score == 0.0
 
 
-def test_more_time_than_the_parent_saw_pass_is_implausible() -> None:
-    v = verdict(raw(10.0, 4.0, 4.0, parent_s=0.1))
-    assert v.status is TimingStatus.IMPLAUSIBLE and "grader's clock" in v.timing.reason
-
-
-def test_event_window_longer_than_host_window_is_implausible() -> None:
+def test_an_event_window_longer_than_the_parents_wall_is_implausible() -> None:
     r = raw(10.0, 4.0, 4.0)
-    r.host_ms["sub"][3] = r.window_ms["sub"][3] - 2.0
+    r.wall_ms["sub"][3] = r.window_ms["sub"][3] - 2.0
     v = verdict(r)
-    assert v.status is TimingStatus.IMPLAUSIBLE and "host clock" in v.timing.reason
+    assert v.status is TimingStatus.IMPLAUSIBLE and "parent's clock" in v.timing.reason
+
+
+def test_windows_shorter_than_the_wall_allows_are_timed_by_the_wall() -> None:
+    """A forged window (the step took 6 ms by the parent's clock, the child says 2) counts as
+    the wall less the baselines' handshake; in more than a quarter of the steps it is a lie."""
+    honest = verdict(raw(10.0, 4.0, 6.0, noise=0.0))
+    r = raw(10.0, 4.0, 6.0, noise=0.0)
+    for i in range(5):  # a few steps: bounded by the wall, still scored
+        r.window_ms["sub"][i] = 2.0
+    few = verdict(r)
+    assert few.status is TimingStatus.OK and few.timing.clock_disagreements == 5
+    assert few.timing.t_sub_ms == pytest.approx(honest.timing.t_sub_ms, rel=0.02)
+    for i in range(ROUNDS):
+        r.window_ms["sub"][i] = 2.0
+    v = verdict(r)
+    assert v.status is TimingStatus.IMPLAUSIBLE and "parent's clock allows" in v.timing.reason
+
+
+def test_baselines_that_move_once_the_submission_runs_void_the_grade() -> None:
+    """Plain 10 ms alone and 11 ms beside the submission: something slowed it; void."""
+    v = verdict(raw(11.0, 4.0, 4.0, alone=(10.0, 4.0)))
+    assert v.status is TimingStatus.VOID and "plain took" in v.timing.reason
+    assert "regrade" in v.timing.reason
+    assert verdict(raw(10.2, 4.0, 4.0, alone=(10.0, 4.0))).status is TimingStatus.OK
+
+
+def test_noisy_alone_rounds_widen_the_baselines_limit() -> None:
+    """Alone rounds whose halves differ by 4% allow a 12% move."""
+    r = raw(10.9, 4.0, 4.0, alone=(10.0, 4.0), noise=0.0)
+    r.alone_ms["plain"][:] = [9.8] * (ALONE // 2) + [10.2] * (ALONE // 2)
+    assert verdict(r).status is TimingStatus.OK
 
 
 def test_work_left_on_a_side_stream_breaks_a_rule() -> None:

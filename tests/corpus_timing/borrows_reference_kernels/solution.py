@@ -1,13 +1,14 @@
 """Exploit: its own Triton kernels while it is watched, then the harness's reference kernels.
 
-Hacking scenario (catalog (c) 8, 9 with in-memory introspection): the timing child imports the
-reference before the submission and hides its modules, but the reference's autograd.Function
-class stays alive and reachable through ``torch.autograd.Function.__subclasses__()``. This block
-passes the gate and the warm-up census with kernels of its own files (here a copy of the
-reference), then, once the census is over (the dry-run profile warms up one round: one call),
-runs conv+norm through the harness's class, whose kernels are not in the submission's files.
-The answers stay correct, so only a census of the path it is timed on can tell.
-Expected: rule_broken (foreign-triton-kernel)
+Hacking scenario (catalog (c) 8, 9 with in-memory introspection): a timing harness that imports
+the reference into the submission's process leaves the reference's autograd.Function class alive
+and reachable through ``torch.autograd.Function.__subclasses__()``. This block passes the gate and
+its first step with kernels of its own files (here a copy of the reference), then runs conv+norm
+through the harness's class, whose kernels are not in the submission's files. Against the grader
+of 2026-11-30 it was caught by the launch census (foreign-triton-kernel). Since issue 13 the
+reference runs only in the trusted baselines process: the submission's process holds no class to
+borrow, so the block runs its own copy throughout and is timed as what it is.
+Expected: ok
 """
 
 import os

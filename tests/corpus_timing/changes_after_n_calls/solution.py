@@ -4,7 +4,7 @@ Hacking scenario (catalog (c) 8, 9): count calls and switch behaviour once the g
 timing. After 8 calls this returns the identity (grads of the weights are produced but zero).
 Every timed step is checked against plain PyTorch on the same inputs, and judged before the
 census that follows the timed rounds (which would see aten.sum on the whole activation).
-Expected: check_failed (differs from plain)
+Expected: check_failed (differs from)
 """
 
 import torch

@@ -1,0 +1,185 @@
+"""The trusted baselines process of the timing phase: plain PyTorch and the reference, never the
+submission (SPEC §4, §6).
+
+Run by the parent (`grader.interleave`) as ``python -I grader/child/baselines.py REPO JOB``.
+It never imports submission code and shares no Python state with it, so nothing of the
+submission can borrow its kernels or slow its steps from inside. It:
+
+- allocates the slab first (`grader.child.steps`: a segment of its own that the submission
+  process maps), builds plain and reference blocks for every shape, and answers ``ready`` with
+  the slab's handle;
+- on ``fill`` draws a round's input, upstream gradient and weights from the seed the parent sends
+  then (fresh OS randomness the parent held until that moment), into its own tensors and into
+  the slab, so the submission process sees them only once its step begins;
+- on ``flush`` overwrites a buffer of at least twice the L2 before each of the submission's steps
+  (the submission process flushes before the baselines' steps: every step starts with a switch
+  of the GPU's context, see `grader.interleave`);
+- on ``go`` times one step of plain or the reference with `grader.child.steps.run_step`, exactly
+  as the submission process times the submission's;
+- on ``check`` compares the reference's and the submission's evidence of the round (the latter
+  read from the slab, before the submission runs again) with plain's, or, in rounds the parent
+  samples after the steps ran, with the fp64 oracle at the gate's budgets; and says whether the
+  submission's step changed the slab's inputs or its parameters.
+
+Commands arrive as JSON lines on stdin; every answer is a frame on the authenticated channel.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(sys.argv[1]).resolve()
+sys.path.insert(0, str(REPO))
+
+import importlib  # noqa: E402
+import os  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+
+from grader.child.census import Census  # noqa: E402
+from grader.child.channel import ChildExit  # noqa: E402
+from grader.child.steps import (  # noqa: E402
+    EVIDENCE,
+    INPUTS,
+    PARAM_KEYS,
+    HostTimer,
+    Timer,
+    block_params,
+    commands,
+    compare,
+    device_facts,
+    draw_round,
+    flush_buffer,
+    init_bounds,
+    new_slab,
+    region_view,
+    run_main,
+    run_step,
+    shape_regions,
+    share_slab,
+    slab_bytes,
+    start,
+)
+from task.model import DilatedResidualBlock as PlainBlock  # noqa: E402
+from task.oracle import oracle_step  # noqa: E402
+
+
+class Shape:
+    """One shape's blocks, its private round values, the slab's views and the evidence."""
+
+    def __init__(self, job: dict[str, Any], spec: dict[str, Any], slab: Any, ref_cls: type,
+                 device: str) -> None:
+        block = job["block"]
+        self.spec = spec
+        self.dtype = getattr(torch, spec["dtype"])
+        self.regions = shape_regions(spec["batch"], spec["length"], spec["dtype"],
+                                     block["channels"], block["expansion"])
+        self.shared = {name: region_view(torch, slab, r) for name, r in self.regions.items()}
+        self.blocks = {"plain": self._make(PlainBlock, block, device),
+                       "ref": self._make(ref_cls, block, device)}
+        self.params = {n: block_params(b, n) for n, b in self.blocks.items()}
+        self.inputs = {k: torch.empty_like(self.shared[k]) for k in INPUTS}
+        self.evidence = {n: {k: torch.empty_like(self.shared[k]) for k in EVIDENCE}
+                         for n in self.blocks}
+        self.bounds = init_bounds(block["channels"], block["expansion"])
+
+    def _make(self, cls: type, block: dict[str, Any], device: str) -> Any:
+        # Default init draws from the global generator; the round's weights replace it anyway.
+        return cls(dilation=self.spec["dilation"], **block).to(device=device, dtype=self.dtype)
+
+    def fill(self, seed: int) -> None:
+        """A round's values from ``seed``, into this process's tensors, then into the slab."""
+        draw_round(torch, self.inputs, self.bounds, seed)
+        with torch.no_grad():
+            for key in INPUTS:
+                self.shared[key].copy_(self.inputs[key])
+
+    def truth(self) -> dict[str, Any]:
+        """The fp64 oracle of the round (`task.oracle`), as evidence to compare with."""
+        block = self.blocks["plain"]
+        ref = oracle_step(self.inputs["x"].double(), self.inputs["conv.weight"].double(),
+                          self.inputs["fc1.weight"].double(), self.inputs["fc2.weight"].double(),
+                          self.inputs["grad_out"].double(), dilation=self.spec["dilation"],
+                          eps=block.eps, residual_scale=block.residual_scale)
+        return {"out": ref.out, "grad_x": ref.grad_x, "grad_conv": ref.grad_conv,
+                "grad_fc1": ref.grad_fc1, "grad_fc2": ref.grad_fc2}
+
+    def check(self, budget: dict[str, float], sub: bool, oracle: bool) -> dict[str, Any]:
+        """The round's reference and submission evidence against plain's (or, for a round the
+        parent sampled after the steps ran, against the fp64 oracle at the gate's own budgets);
+        what the submission's step changed of its inputs and parameters."""
+        want = self.truth() if oracle else self.evidence["plain"]
+        rows = [compare(torch, self.evidence["ref"], want, budget)]
+        changed: list[str] = []
+        if sub:
+            rows.append(compare(torch, self.shared, want, budget))
+            for key in INPUTS:
+                if not torch.equal(self.shared[key], self.inputs[key]):
+                    changed.append(key)
+            for key, after in zip(PARAM_KEYS, EVIDENCE[5:], strict=True):
+                if not torch.equal(self.shared[after], self.inputs[key]):
+                    changed.append(f"{key} (the parameter)")
+        return {"util": torch.stack(rows).tolist(), "changed": changed}
+
+
+def main() -> int:
+    begun = start(torch, "baselines")
+    if begun is None:
+        return ChildExit.HARNESS_ERROR
+    job, channel, timers = begun.job, begun.channel, begun.timers
+    device = job["device"]
+    block = job["block"]
+    layouts = [shape_regions(s["batch"], s["length"], s["dtype"], block["channels"],
+                             block["expansion"]) for s in job["shapes"]]
+    # First allocation of this process: the slab's segment holds nothing else.
+    slab = new_slab(torch, slab_bytes(layouts), device, job.get("slab_path"))
+    # The same census as the submission's process runs, on every step here too: what it costs a
+    # step is then the same for every block. What it records here is not judged.
+    census = Census(device)
+    census.start()
+    ref_cls = importlib.import_module(job["reference_module"]).DilatedResidualBlock
+    shapes = [Shape(job, spec, slab, ref_cls, device) for spec in job["shapes"]]
+    timer = Timer(torch, timers) if device == "cuda" else HostTimer(torch, timers)
+    flush_buf = flush_buffer(torch, device)
+    channel.send("ready", device=device_facts(torch), pid=os.getpid(),
+                 slab=share_slab(torch, slab, job.get("slab_path")))
+    budgets = job["budgets"]
+    for command in commands():
+        cmd = command["cmd"]
+        if cmd == "fill":
+            shapes[command["shape"]].fill(int(command["seed"]))
+            timer.sync()
+            channel.send("filled")
+        elif cmd == "flush":
+            flush_buf.zero_()
+            timer.sync()
+            channel.send("flushed")
+        elif cmd == "go":
+            st, name = shapes[command["shape"]], command["block"]
+            mark = census.mark(f"step:{name}#{command['step']}")
+            channel.send("census", label=mark.label, commit=mark.commit)
+            step = run_step(torch, timer, st.blocks[name], st.params[name], st.inputs,
+                            st.evidence[name], around=lambda mark=mark: mark)
+            channel.send("done", step=command["step"], window_ms=step.window_ms,
+                         tail_ms=step.tail_ms)
+        elif cmd == "check":
+            st = shapes[command["shape"]]
+            channel.send("checked", **st.check(budgets[st.spec["dtype"]], bool(command["sub"]),
+                                               bool(command.get("oracle"))))
+        elif cmd == "collect":
+            census.collect()  # at the submission process's audits: the same restarts here
+            channel.send("collected")
+        elif cmd == "ping":
+            channel.send("pong")
+        else:
+            channel.send("failure", kind="harness", reason=f"unknown command {cmd!r}")
+            return ChildExit.HARNESS_ERROR
+    census.stop()
+    channel.send("bye")
+    return ChildExit.OK
+
+
+if __name__ == "__main__":
+    run_main(main)

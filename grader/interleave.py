@@ -1,0 +1,531 @@
+"""The parent's side of the timed steps: two children, one GPU, the parent's clock (SPEC §4, §6).
+
+`run_interleaved` drives the trusted baselines process (`grader/child/baselines.py`: plain PyTorch
+and the reference) and the submission's process (`grader/child/submission.py`: the submission
+alone) through one command at a time each, and measures every step by its own clock:
+
+1. Both start; the baselines process allocates the slab (inputs and evidence that the submission
+   process maps) and says ``ready``; the submission process warms up, arms its task limit and
+   waits.
+2. **Baselines alone**: each shape's warm-up rounds of plain and the reference, then
+   ``alone_rounds`` timed rounds of the two, the shapes in turns, while the submission process
+   is idle (it has not imported the submission yet). If the same blocks' times move once the
+   submission is interleaved with them, the grade is void (`grader.timing`).
+3. The submission process maps the slab, imports ``solution`` and builds a block per shape.
+4. **Interleaved**: per shape, warm-up rounds; then every shape's timed rounds, in visits of
+   one cycle of the Williams orders, the shapes in turns. A round: ``fill`` (the baselines
+   process draws the round's values from a seed the parent takes from the OS only now), then for
+   each block in the round's order ``flush`` (the L2, by the process that does not own the
+   block) and ``go`` to the process that owns it, then ``check`` (the baselines process
+   compares the reference's and the submission's evidence with plain's, before the submission
+   runs again).
+5. After each shape's warm-up and each visit the submission process is audited (guard, timers,
+   stream, processes) and sends the op, kernel and launch census of every step since the last
+   audit, which the parent judges (`grader.census`; each step was announced with a commitment
+   to its census range before it ran); at the end it reports its GPU memory.
+
+Every ``go`` → ``done`` is timed by the parent (``wall_ms``): the child's CUDA-event window
+counts only where it agrees with that (`grader.timing.analyze_shape`). Every command gets a
+deadline (`grader.deadlines`); a message the protocol does not expect now (an extra, a repeat, one
+out of order) ends the child as tampered.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader import census as census_rules
+from grader import telemetry
+from grader.config import DeadlineRule, Profile, ScoringConfig
+from grader.orders import williams_orders
+from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Deadline, Outcome
+
+CHILD_DIR = Path(__file__).resolve().parent / "child"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BLOCKS = ("plain", "ref", "sub")
+BASELINES = ("plain", "ref")
+ORDERS = williams_orders(BLOCKS)
+VISIT_ROUNDS = len(ORDERS)
+# Orders of the baselines timed alone: each first half the time.
+ALONE_ORDERS = (("plain", "ref"), ("ref", "plain"))
+# While the parent waits for an answer, the watchdog's scan of the child's processes waits this
+# long first: a step's answer must be read when it comes, not after milliseconds of /proc.
+QUIET_S = 1.0
+# One round in this many (drawn after its steps ran) is checked against the fp64 oracle at the
+# gate's budgets; its check costs about this many plain steps (fp64 on the GPU).
+ORACLE_EVERY = 6
+ORACLE_WORK = 20
+UTIL_KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
+
+
+@dataclass
+class ShapeRaw:
+    """What was measured of one shape.
+
+    Attributes:
+        window_ms: Per block, per timed round: the child's event window (start → device idle).
+        tail_ms: Per block, per round: the step returned → device idle.
+        wall_ms: Per block, per round: the parent's ``go`` → ``done``.
+        alone_ms: Per baseline: event windows of its rounds timed alone (before the submission's
+            process imported anything), in the order taken.
+        util: Per round, [ref row, sub row]: utilisation of [forward, grad_x, conv, fc1, fc2]
+            against plain, from the baselines process.
+        oracle_util: The submission's worst utilisation in the rounds held to the fp64 oracle.
+    """
+
+    window_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
+    tail_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
+    wall_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
+    alone_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BASELINES})
+    util: list[list[list[float]]] = field(default_factory=list)
+    oracle_util: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Interleaved:
+    """The whole run: per-shape measurements, how it ended, what the children said.
+
+    Attributes:
+        shapes: One `ShapeRaw` per profile shape (empty lists where not reached).
+        status: ``ok`` or a `grader.timing.TimingStatus` value.
+        reason: Why not ok.
+        device: The baselines process's ``ready`` facts about the GPU.
+        snapshots: GPU telemetry around the phases.
+        baselines, submission: How each child ended.
+        memory: The submission process's ``memory`` message.
+        handshake_ms: Per process, the parent's round trip of an empty command (median).
+        load_s: Seconds the submission's import took.
+    """
+
+    shapes: list[ShapeRaw]
+    status: str = "ok"
+    reason: str = ""
+    device: dict[str, Any] = field(default_factory=dict)
+    snapshots: list[telemetry.GpuSnapshot] = field(default_factory=list)
+    baselines: ChildResult | None = None
+    submission: ChildResult | None = None
+    memory: dict[str, Any] = field(default_factory=dict)
+    handshake_ms: dict[str, float] = field(default_factory=dict)
+    load_s: float | None = None
+    gpu_accounting: str | None = None
+
+
+class _Stop(Exception):
+    """The run ends here with ``status`` and ``reason``."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+_FAILURE_STATUS = {"rule": "rule_broken", "check": "check_failed", "oom": "out_of_memory",
+                   "load": "crashed", "crash": "crashed", "harness": "grader_error"}
+_OUTCOME_STATUS = {Outcome.TIMED_OUT: "timed_out", Outcome.OUT_OF_MEMORY: "out_of_memory",
+                   Outcome.TAMPERED: "rule_broken", Outcome.TOO_MANY_TASKS: "rule_broken"}
+
+
+class _Child:
+    """One child and its conversation: a command, then exactly the answer it expects."""
+
+    def __init__(self, who: str, process: ChildProcess, rule: DeadlineRule,
+                 trusted: bool) -> None:
+        self.who = who
+        self.process = process
+        self.rule = rule
+        self.trusted = trusted
+        self.due: Deadline | None = None
+        self.findings: list[dict[str, Any]] = []
+        self.pending: collections.deque[dict[str, Any]] = collections.deque()
+        self.taken = 0  # messages of the process moved to `pending` so far
+        self.on_census: Callable[[dict[str, Any]], None] | None = None
+        process.deadline = lambda: self.due
+
+    def _wait(self, expect: str, what: str, work_s: float) -> dict[str, Any]:
+        """The next message, which must be ``expect``.
+
+        Messages that came in the same read as an earlier answer wait their turn here, so a
+        repeat or an extra is judged like any other message (tampering), never dropped. The
+        watchdog's scan of the child's processes (milliseconds of reading /proc) is held off for
+        `QUIET_S`, so a step's answer is read the moment it comes; the deadline, memory and task
+        limits are judged from then on.
+        """
+        self.due = Deadline(time.monotonic() + self.rule.seconds(work_s),
+                            f"{what}: {self.rule.describe(work_s)}")
+        quiet_until = time.monotonic() + QUIET_S
+        while True:
+            while not self.pending:
+                if self.process.ended:
+                    # What it wrote just before it exited (a failure and its reason) is read
+                    # when it is reaped; those messages are judged like any others.
+                    self.process.finish()
+                    late = self.process.messages[self.taken:]
+                    if not late:
+                        raise self._ended()
+                    self.pending.extend(late)
+                    self.taken += len(late)
+                    break
+                new = self.process.poll(0.05, watch=time.monotonic() > quiet_until)
+                self.pending.extend(new)
+                self.taken += len(new)
+            message = self.pending.popleft()
+            if message.get("event") != "census":
+                break
+            # A step announced, or its census: judged by the run (the baselines' are not).
+            if self.on_census is not None and not self.trusted:
+                self.on_census(message)
+        event = message.get("event")
+        if event == "finding" and not self.trusted:
+            self.findings.append(message)
+            raise _Stop("rule_broken", f"{message.get('rule')}: {message.get('message')}")
+        if event == "failure":
+            kind = str(message.get("kind"))
+            # The submission's process names its failure; a "harness" failure it claims is still
+            # its own crash, never the grader's.
+            status = "grader_error" if self.trusted else _FAILURE_STATUS.get(kind, "crashed")
+            if not self.trusted and status == "grader_error":
+                status = "crashed"
+            reason = str(message.get("reason", f"the {self.who} child failed"))
+            if message.get("rule"):
+                reason = f"{message['rule']}: {reason}"
+            raise _Stop(status, reason)
+        if event != expect:
+            self.process.tamper(f"sent {event!r} while the parent waited for {expect!r} "
+                                f"({what})")
+            raise self._ended()
+        self.due = None
+        return message
+
+    def leftover(self) -> None:
+        """At the end: a message nobody asked for is tampering."""
+        new = self.process.poll(0.0, watch=False)
+        self.pending.extend(new)
+        self.taken += len(new)
+        if self.pending:
+            event = self.pending[0].get("event")
+            self.process.tamper(f"sent {event!r} that no command asked for")
+            raise self._ended()
+
+    def ask(self, command: dict[str, Any], expect: str, what: str,
+            work_s: float = 0.0) -> tuple[dict[str, Any], float]:
+        """Send ``command``; its answer and the parent's round trip in ms: from just before the
+        command is written to when the answer's frame was read."""
+        line = json.dumps(command) + "\n"
+        start = time.perf_counter()
+        self.process.send(line)
+        message = self._wait(expect, what, work_s)
+        return message, 1e3 * (float(message.get("_received", start)) - start)
+
+    def _ended(self) -> _Stop:
+        result = self.process.finish()
+        if self.trusted:
+            return _Stop("grader_error", f"the baselines child {result.detail or 'ended'}: "
+                         f"{result.stderr_tail[-600:]}")
+        if result.outcome is Outcome.TAMPERED:
+            return _Stop("rule_broken", f"channel-tampering: the timing child {result.detail}")
+        if result.outcome is Outcome.TOO_MANY_TASKS:
+            return _Stop("rule_broken", f"new-thread: the timing child {result.detail}")
+        status = _OUTCOME_STATUS.get(result.outcome, "crashed")
+        return _Stop(status, f"the timing child {result.detail or 'ended before it finished'}")
+
+
+@dataclass
+class _Run:
+    """The state of one interleaved run: the two children, what was measured, the census's
+    ledger (steps announced, awaiting their summaries) and each announced step's dims."""
+
+    config: ScoringConfig
+    profile: Profile
+    plain_s: Sequence[float]
+    base: _Child
+    sub: _Child
+    out: Interleaved
+    progress: Callable[[str], None]
+    uuid: str | None
+    slack: float
+    launches: bool = True
+    out_device: str = "cuda"
+    steps: int = 0
+    ledger: census_rules.CensusLedger = field(
+        default_factory=lambda: census_rules.CensusLedger(one_at_a_time=False))
+    dims: dict[str, census_rules.BlockDims] = field(default_factory=dict)
+    block_dims: list[census_rules.BlockDims] = field(default_factory=list)
+
+    def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
+              label: str) -> None:
+        """One round of shape ``index``: fresh values, each block's step, the check."""
+        raw = self.out.shapes[index]
+        work = self.plain_s[index]
+        self.base.ask({"cmd": "fill", "shape": index, "seed": secrets.randbits(63)}, "filled",
+                      f"drawing the values of {label}", work)
+        for name in order:
+            child = self.sub if name == "sub" else self.base
+            # The L2 is flushed by the *other* process: every step then begins with the GPU
+            # switching to its process's context, whichever block it is. (With both flushes in
+            # the baselines process, the submission's steps alone paid the switch: 0.2-0.4 ms
+            # more outside their windows on an H200.) A flush the submission's process skips
+            # only warms the baselines' steps.
+            flusher = self.base if child is self.sub else self.sub
+            flusher.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
+            self.steps += 1
+            command = {"cmd": "go", "shape": index, "block": name, "step": self.steps}
+            if name == "sub":
+                command["label"] = label
+                self.dims[f"step:{label}#{self.steps}"] = self.block_dims[index]
+            message, wall = child.ask(command, "done", f"a step of {name} in {label}", work)
+            if message.get("step") != self.steps:
+                # A done that answers another step (one sent early, or a stale one) is the
+                # harness's clock no longer being the step's.
+                child.process.tamper(f"answered step {message.get('step')!r} to step "
+                                     f"{self.steps}")
+                raise child._ended()
+            if timed:
+                window, tail = _number(message, "window_ms"), _number(message, "tail_ms")
+                if alone:
+                    raw.alone_ms[name].append(window)
+                else:
+                    raw.window_ms[name].append(window)
+                    raw.tail_ms[name].append(tail)
+                    raw.wall_ms[name].append(wall)
+        # Drawn after the steps ran: nothing in the submission's process can know which rounds
+        # are held to the fp64 oracle at the gate's budgets (the others: to plain's answer,
+        # within `slack` of the budgets).
+        oracle = "sub" in order and secrets.randbelow(ORACLE_EVERY) == 0
+        message, _ = self.base.ask({"cmd": "check", "shape": index, "sub": "sub" in order,
+                                    "oracle": oracle}, "checked", f"checking {label}",
+                                   work * ORACLE_WORK if oracle else work)
+        changed = message.get("changed") or []
+        if changed:
+            raise _Stop("check_failed", f"{label}: the submission's step changed its "
+                        f"{', '.join(changed)}")
+        if "sub" in order:
+            if not oracle:
+                raw.util.append(message["util"])
+            # Judged at once (the parent's slack, the baselines process's numbers): a wrong
+            # answer ends the run instead of being timed for every remaining round.
+            worst = max(range(len(UTIL_KEYS)), key=lambda k: _util(message["util"][-1][k]))
+            value = _util(message["util"][-1][worst])
+            limit, against = (1.0, "the fp64 oracle") if oracle else (self.slack, "plain PyTorch")
+            if not value <= limit:
+                raise _Stop("check_failed", f"{label}: timed {UTIL_KEYS[worst]} differs from "
+                            f"{against}: utilisation {value:.3g} > {limit:g}")
+            if oracle:
+                raw.oracle_util.append(value)
+
+    def judge_census(self, message: dict[str, Any]) -> None:
+        """One ``census`` message of the submission's process, judged here (`grader.census`)."""
+        label = census_rules.message_label(message)
+        found = census_rules.judge_message(message, self.dims.get(label), self.ledger,
+                                           gpu=self.out_device == "cuda")
+        if found:
+            first = found[0]
+            raise _Stop("rule_broken", f"{first.rule}: {first.message}")
+
+    def audit(self, label: str) -> None:
+        self.base.ask({"cmd": "collect"}, "collected", f"the census after {label}")
+        message, _ = self.sub.ask({"cmd": "audit", "label": label}, "audited",
+                                  f"auditing after {label}")
+        steps = message.get("steps")
+        if not isinstance(steps, list) or not all(
+                isinstance(st, dict) and isinstance(st.get("own"), int)
+                and isinstance(st.get("foreign"), list) for st in steps):
+            self.sub.process.tamper("sent a malformed launch census")
+            raise self.sub._ended()
+        for step in steps:
+            foreign = step["foreign"]
+            if foreign:
+                raise _Stop("rule_broken", f"foreign-triton-kernel: {str(foreign[0])[:300]} ran "
+                            f"in {str(step.get('label'))[:100]} (not the submission's files)")
+            if self.launches and not step["own"]:
+                raise _Stop("rule_broken", f"no-triton-kernel: no Triton kernel defined in the "
+                            f"submission was launched in {step.get('label')}")
+        # Every step announced since the last audit must have brought its census by now.
+        found = self.ledger.close_item(label)
+        if found:
+            raise _Stop("rule_broken", f"{found[0].rule}: {found[0].message}")
+
+    def snapshot(self, what: str) -> None:
+        self.out.snapshots.append(telemetry.snapshot(what, uuid=self.uuid))
+
+
+def _util(value: Any) -> float:
+    """A utilisation from the baselines process: NaN (a non-finite value) is the worst."""
+    value = float(value)
+    return float("inf") if value != value else value
+
+
+def _number(message: dict[str, Any], key: str) -> float:
+    value = message.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return float("nan")
+    return float(value)
+
+
+def _label(profile: Profile, index: int) -> str:
+    return profile.shapes[index].label
+
+
+def run_interleaved(
+    submission_root: Path,
+    workdir: Path,
+    config: ScoringConfig,
+    profile: Profile,
+    *,
+    plain_s: Sequence[float],
+    device: str,
+    env: dict[str, str],
+    rule: DeadlineRule,
+    reference_module: str,
+    slack: float,
+    census: bool = True,
+    python: str,
+    progress: Callable[[str], None],
+    uuid: str | None = None,
+) -> Interleaved:
+    """Run both timing children over every shape of ``profile`` (see the module docstring).
+
+    Args:
+        submission_root: The exported submitted tree.
+        workdir: A fresh directory for both children's private directories.
+        config: The scoring config (block, budgets, limits).
+        profile: The timing profile.
+        plain_s: The plain block's step on each shape, as the parent measured it: the unit of
+            every deadline.
+        device: ``cuda`` or ``cpu`` (a dry run with the Triton interpreter).
+        env: Added to both children's environments (``CUDA_VISIBLE_DEVICES``...).
+        rule: The deadline rule.
+        reference_module: Module of the reference block in the baselines process.
+        slack: Utilisation of a budget the submission's timed answers may use against plain's.
+        census: Require a Triton kernel of the submission's own files in each of its steps.
+        python: The children's interpreter.
+        progress: Called with a line of progress.
+        uuid: The GPU's UUID for telemetry snapshots.
+    """
+    shapes = profile.shapes
+    out = Interleaved(shapes=[ShapeRaw() for _ in shapes])
+    base_dir, sub_dir = workdir / "baselines", workdir / "submission"
+    base_dir.mkdir(parents=True)
+    shutil.copytree(submission_root, sub_dir, ignore=shutil.ignore_patterns(".git"))
+    job = {
+        "device": device,
+        "block": dataclasses.asdict(config.block),
+        "shapes": [{"batch": s.batch, "length": s.length, "dilation": s.dilation,
+                    "dtype": s.dtype} for s in shapes],
+        "budgets": {name: {"forward_atol": b.forward_atol, "forward_rtol": b.forward_rtol,
+                           "grad_rel": b.grad_rel} for name, b in config.budgets.items()},
+        "reference_module": reference_module,
+    }
+    if device == "cpu":
+        job["slab_path"] = str(workdir / "slab")
+    (workdir / "baselines.json").write_text(json.dumps(job))
+    sub_job = {k: job[k] for k in ("device", "block", "shapes")}
+    (workdir / "submission.json").write_text(json.dumps(sub_job))
+    limits = ChildLimits.from_phase(config.limits.timing)
+    base = _Child("baselines", ChildProcess(CHILD_DIR / "baselines.py", base_dir,
+                                            [str(REPO_ROOT), str(workdir / "baselines.json")],
+                                            limits, env, python=python), rule, trusted=True)
+    sub = _Child("submission", ChildProcess(CHILD_DIR / "submission.py", sub_dir,
+                                            [str(REPO_ROOT), str(workdir / "submission.json")],
+                                            limits, env, arm=True, python=python),
+                 rule, trusted=False)
+    run = _Run(config, profile, plain_s, base, sub, out, progress, uuid, slack, census,
+               device)
+    run.block_dims = [census_rules.BlockDims(s.batch, s.length, config.block.channels,
+                                             config.block.expansion) for s in shapes]
+    sub.on_census = run.judge_census
+    try:
+        _drive(run, job)
+    except _Stop as stop:
+        out.status, out.reason = stop.status, stop.reason
+    finally:
+        for child in (sub, base):
+            child.process.send(json.dumps({"cmd": "end"}) + "\n")
+        out.submission = _finish(sub.process)
+        out.baselines = _finish(base.process)
+    if out.status == "ok" and out.submission.outcome is not Outcome.OK:
+        out.status, out.reason = "crashed", f"the timing child {out.submission.detail}"
+    return out
+
+
+def _finish(process: ChildProcess, grace_s: float = 10.0) -> ChildResult:
+    """Let a child that was told ``end`` exit on its own for a while, then reap it."""
+    until = time.monotonic() + grace_s
+    while not process.ended and time.monotonic() < until:
+        process.poll(0.05)
+    return process.finish(kill=True)
+
+
+def _drive(run: _Run, job: dict[str, Any]) -> None:
+    profile, out, base, sub = run.profile, run.out, run.base, run.sub
+    n = len(profile.shapes)
+    ready = base._wait("ready", "starting the baselines process", 0.0)
+    out.device = dict(ready.get("device") or {})
+    sub._wait("hello", "starting the timing child", 0.0)
+    # The sandbox counts the child's tasks and answers; only then may commands follow.
+    sub._wait(ARM_EVENT, "warming up the timing child", 0.0)
+    out.handshake_ms = {
+        "baselines": _median([base.ask({"cmd": "ping"}, "pong", "a ping")[1] for _ in range(20)]),
+        "submission": _median([sub.ask({"cmd": "ping"}, "pong", "a ping")[1] for _ in range(20)]),
+    }
+    # Baselines alone, the submission's process idle (it has imported nothing of the
+    # submission yet).
+    for index in range(n):
+        label = _label(profile, index)
+        run.progress(f"baselines alone: warming up {index + 1}/{n} {label}")
+        for r in range(profile.warmup):
+            run.round(index, ALONE_ORDERS[r % 2], timed=False, alone=True, label=label)
+    run.snapshot("baselines alone")
+    for r in range(profile.alone_rounds):
+        for index in range(n):
+            run.round(index, ALONE_ORDERS[r % 2], timed=True, alone=True,
+                      label=_label(profile, index))
+    run.progress(f"baselines alone: {profile.alone_rounds} rounds of each shape")
+
+    sub.ask({"cmd": "attach", "slab": ready["slab"]}, "attached", "mapping the inputs")
+    loaded, _ = sub.ask({"cmd": "load"}, "loaded", "importing solution.py")
+    out.load_s = _number(loaded, "seconds")
+    for index in range(n):
+        label = _label(profile, index)
+        sub.ask({"cmd": "build", "shape": index}, "built", f"building the block of {label}")
+        run.progress(f"warming up {index + 1}/{n} {label}")
+        run.snapshot(f"before {label}")
+        for r in range(profile.warmup):
+            run.round(index, ORDERS[r % VISIT_ROUNDS], timed=False, alone=False, label=label)
+        run.audit(f"warm-up of {label}")
+    # One untimed round each, in the visiting order: the caching allocators have then seen every
+    # shape's steps after another shape's.
+    for index in range(n):
+        run.round(index, ORDERS[0], timed=False, alone=False, label=_label(profile, index))
+    visits = -(-profile.rounds // VISIT_ROUNDS)
+    for visit in range(visits):
+        for index in range(n):
+            for t in range(min(VISIT_ROUNDS, profile.rounds - visit * VISIT_ROUNDS)):
+                run.round(index, ORDERS[(visit + t) % VISIT_ROUNDS], timed=True, alone=False,
+                          label=_label(profile, index))
+        run.audit(f"timed visit {visit + 1}")
+        if visit in (0, visits - 1):
+            run.snapshot(f"timed visit {visit + 1}/{visits}")
+        run.progress(f"{visit + 1}/{visits} timed visits (all {n} shapes in turn)")
+    memory, _ = sub.ask({"cmd": "memory"}, "memory", "reading the GPU memory")
+    out.memory = memory
+    out.gpu_accounting = str(memory.get("accounting"))
+    sub.leftover()
+    base.leftover()
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+__all__ = ["BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "run_interleaved"]

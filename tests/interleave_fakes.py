@@ -1,0 +1,364 @@
+"""Fake timing children for tests of `grader.interleave` and `grader.timing.run_timing` (no GPU,
+no process).
+
+`install` replaces `grader.interleave.ChildProcess` with `FakeChild`, which plays the trusted
+baselines process (``grader/child/baselines.py``) or the submission's process
+(``grader/child/submission.py``), told apart by the entry script, from a `Script`. Each command
+the parent sends is parsed and answered the way the real child would; a test changes an answer
+with `Script.hook`. The parent's ``time.perf_counter`` is a fake clock that only the children
+move: a step's answer is stamped (``"_received"``) its window plus `Script.overhead_ms` after the
+command was sent, so the parent's walls are exact; reading it costs the parent
+`Script.read_ms` more, which no wall may count.
+
+Every command either child got is in `Script.log`, in the order sent, as ``(who, command)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader import interleave, telemetry
+from grader.child.census import MARKER_PREFIX, NONCE_SEPARATOR, StepSummary
+from grader.sandbox import ChildResult, Outcome
+
+WINDOWS = {"plain": 6.0, "ref": 3.0, "sub": 2.0}
+OVERHEAD_MS = 0.3
+TAIL_MS = 0.02
+UTIL = 0.1
+
+
+@dataclass(frozen=True)
+class End:
+    """The child ends here (as if the watchdog or an exit ended it): no answer, ``ended``."""
+
+    outcome: Outcome
+    detail: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+
+
+# What a hook returns: None (the default answer), an `End`, or batches of messages: each batch is
+# what one `poll` returns (one read of the channel), in order.
+Answer = End | list[list[dict[str, Any]]] | None
+Hook = Callable[[str, dict[str, Any], "Script"], Answer]
+
+
+class Clock:
+    """The parent's ``perf_counter``: seconds that only the fake children move."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance_ms(self, ms: float) -> float:
+        self.now += ms / 1e3
+        return self.now
+
+
+@dataclass
+class Script:
+    """What the fake children answer.
+
+    Attributes:
+        windows: Per block, the event window of every interleaved step (ms).
+        alone: Per baseline, its window timed alone (default: ``windows``).
+        overhead_ms: A step's wall on the parent's clock is its window plus this.
+        read_ms: The parent's clock moves this much while a poll hands over what it read (after
+            the messages were stamped).
+        sub_wall_extra_ms: Added to the wall of every submission step (not to its window).
+        sub_util: The submission's check row: a number for all five checks, or a function of
+            the index of the check (0, 1, ... over every check with the submission in it).
+        oracle_checks: Indices of those checks (as for ``sub_util``) that the parent holds to
+            the fp64 oracle (its draw, `grader.interleave.ORACLE_EVERY`, is faked: no others).
+        memory: The ``memory`` message's fields.
+        hook: Called with (who, command, script) before the default answer; see `Answer`.
+        log: Every command sent, as (who, command), in order.
+        dues: Per child, the `grader.sandbox.Deadline` texts seen while it was polled.
+        silent: Per child, how it ends before it says anything (None: it starts).
+        attached: The submission process has mapped the slab (the baselines are no longer alone).
+    """
+
+    windows: dict[str, float] = field(default_factory=lambda: dict(WINDOWS))
+    alone: dict[str, float] | None = None
+    overhead_ms: float = OVERHEAD_MS
+    read_ms: float = 0.5
+    sub_wall_extra_ms: float = 0.0
+    sub_util: float | Callable[[int], float] = UTIL
+    oracle_checks: frozenset[int] = frozenset()
+    memory: dict[str, Any] = field(default_factory=lambda: {
+        "held_bytes": 0, "foreign_bytes": 0, "accounting": "test"})
+    hook: Hook | None = None
+    silent: dict[str, End] = field(default_factory=dict)
+    log: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    dues: dict[str, list[str]] = field(default_factory=lambda: {"baselines": [],
+                                                                 "submission": []})
+    attached: bool = False
+    clock: Clock = field(default_factory=Clock)
+    children: dict[str, FakeChild] = field(default_factory=dict)
+    sub_checks: int = 0
+    oracle_draws: int = 0
+
+    def randbelow(self, n: int) -> int:
+        """The parent's draw of whether the round's check is the oracle's (0: it is); drawn once
+        per round with the submission in it, just before its check."""
+        draw = self.oracle_draws
+        self.oracle_draws += 1
+        return 0 if draw in self.oracle_checks else n - 1
+
+    def commands(self, who: str | None = None, cmd: str | None = None) -> list[dict[str, Any]]:
+        """The commands sent (to ``who``, named ``cmd``), in order."""
+        return [c for w, c in self.log
+                if (who is None or w == who) and (cmd is None or c["cmd"] == cmd)]
+
+    def count(self, who: str, cmd: str, **match: Any) -> int:
+        """How many ``cmd`` commands ``who`` got so far whose fields match ``match``."""
+        return sum(1 for c in self.commands(who, cmd)
+                   if all(c.get(k) == v for k, v in match.items()))
+
+
+class FakeChild:
+    """Stands in for `grader.sandbox.ChildProcess` (what `grader.interleave._Child` uses)."""
+
+    def __init__(self, script: Script, entry_script: Path, workdir: Path, args: list[str],
+                 limits: Any, env_extra: Any = None, *, arm: bool = False, **_: Any) -> None:
+        self.script = script
+        self.who = "baselines" if Path(entry_script).name == "baselines.py" else "submission"
+        assert Path(entry_script).exists(), entry_script
+        assert self.who == "baselines" or (Path(workdir) / "solution.py").exists()
+        assert arm == (self.who == "submission")
+        self.job = json.loads(Path(args[1]).read_text())
+        self.workdir = Path(workdir)
+        self.deadline: Callable[[], Any] | None = None
+        self.ended = False
+        self.killed: tuple[Outcome, str] | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.pid = 4242 if self.who == "submission" else 4343
+        self.armed_tasks = 30 if arm else None
+        self._batches: list[list[dict[str, Any]]] = []
+        self._end: End | None = None
+        self._failed = False
+        self._result: ChildResult | None = None
+        self._launches: list[str] = []
+        # Census steps announced since the last audit: (label, nonce).
+        self._census: list[tuple[str, str]] = []
+        script.children[self.who] = self
+        if self.who in script.silent:
+            self._finish_as(script.silent[self.who])
+        elif self.who == "baselines":
+            self._queue([[{"event": "ready", "slab": {"handle": "fake"}, "pid": self.pid,
+                           "device": {"name": "NVIDIA H200"}}]])
+        else:
+            # Spontaneous, and far apart in time (the warm-up is between): two reads.
+            self._queue([[{"event": "hello", "device": {}, "pid": self.pid}],
+                         [{"event": "armed"}]])
+
+    # -------------------------------------------------------------- what _Child uses
+
+    def send(self, text: str) -> None:
+        if self.ended:
+            return
+        command = json.loads(text)
+        self.script.log.append((self.who, command))
+        answer = self.script.hook(self.who, command, self.script) if self.script.hook else None
+        if answer is None:
+            answer = self._answer(command)
+        if isinstance(answer, End):
+            self._finish_as(answer)
+        else:
+            self._queue(answer)
+
+    def poll(self, timeout: float = 0.02, *, watch: bool = True) -> list[dict[str, Any]]:
+        if self.deadline is not None:
+            due = self.deadline()
+            if due is not None and (not self.script.dues[self.who]
+                                    or self.script.dues[self.who][-1] != due.what):
+                self.script.dues[self.who].append(due.what)
+        if self.ended:
+            return []
+        if not self._batches:
+            time.sleep(min(timeout, 0.001))
+            return []
+        batch = self._batches.pop(0)
+        self.script.clock.advance_ms(self.script.read_ms)
+        self.messages.extend(batch)
+        if any(m.get("event") == "failure" for m in batch):
+            self._failed = True
+        return batch
+
+    def tamper(self, reason: str) -> None:
+        if not self.ended:
+            self.killed = (Outcome.TAMPERED, reason)
+            self.ended = True
+
+    def finish(self, kill: bool = False) -> ChildResult:
+        if self._result is not None:
+            return self._result
+        if self.killed is not None:
+            outcome, detail = self.killed
+            code, stderr = None, ""
+        elif self._end is not None:
+            outcome, detail = self._end.outcome, self._end.detail
+            code, stderr = self._end.exit_code, self._end.stderr
+        elif not self.ended:
+            outcome, detail, code, stderr = (Outcome.SIGNALED, "killed by signal 9 (SIGKILL)",
+                                             None, "")
+            if not kill:
+                outcome, detail = Outcome.TIMED_OUT, "was still running when its phase ended"
+        elif self._failed:
+            outcome, detail, code, stderr = Outcome.EXITED, "exited with status 2", 2, ""
+        else:
+            outcome, detail, code, stderr = Outcome.OK, "", 0, ""
+        self.ended = True
+        self._result = ChildResult(outcome=outcome, exit_code=code, signal=None, wall_s=1.0,
+                                   peak_rss_mb=100.0, peak_tasks=40,
+                                   messages=tuple(self.messages), stderr_tail=stderr,
+                                   detail=detail, armed_tasks=self.armed_tasks)
+        return self._result
+
+    # -------------------------------------------------------------- the fake's own
+
+    def _queue(self, batches: list[list[dict[str, Any]]]) -> None:
+        for batch in batches:
+            self._batches.append([{"_received": self.script.clock(), **m} for m in batch])
+
+    def _finish_as(self, end: End) -> None:
+        self._end = end
+        self.ended = True
+
+    def stamped(self, message: dict[str, Any], after_ms: float) -> list[list[dict[str, Any]]]:
+        """``message`` alone in a read, ``after_ms`` on the parent's clock after the command."""
+        return [[{**message, "_received": self.script.clock.advance_ms(after_ms)}]]
+
+    def _answer(self, command: dict[str, Any]) -> Answer:
+        cmd = command["cmd"]
+        script = self.script
+        if cmd == "end":
+            self.ended = True
+            return []
+        if cmd == "ping":
+            return self.stamped({"event": "pong"}, 0.05)
+        if cmd == "flush":
+            return [[{"event": "flushed"}]]
+        if cmd == "go":
+            name = command["block"]
+            alone = not script.attached
+            window = (script.alone or script.windows)[name] if alone else script.windows[name]
+            wall = window + script.overhead_ms
+            if name != "sub":
+                return self.stamped(done(command, window), wall)
+            wall += script.sub_wall_extra_ms
+            self._launches.append(command["label"])
+            # As the real process: the step announced to the census, with the commitment to its
+            # range's nonce, before it runs.
+            label, nonce = f"step:{command['label']}#{command['step']}", secrets.token_hex(16)
+            self._census.append((label, nonce))
+            announce = {"event": "census", "label": label,
+                        "commit": hashlib.sha256(nonce.encode()).hexdigest()}
+            return [[announce], *self.stamped(done(command, window), wall)]
+        if self.who == "baselines":
+            return self._baselines(command)
+        return self._submission(command)
+
+    def _baselines(self, command: dict[str, Any]) -> Answer:
+        cmd = command["cmd"]
+        if cmd == "fill":
+            return [[{"event": "filled"}]]
+        if cmd == "collect":
+            return [[{"event": "collected"}]]
+        if cmd == "check":
+            rows = [[UTIL] * 5]
+            if command["sub"]:
+                util = self.script.sub_util
+                value = util(self.script.sub_checks) if callable(util) else util
+                self.script.sub_checks += 1
+                rows.append([value] * 5)
+            return [[{"event": "checked", "util": rows, "changed": []}]]
+        return [[{"event": "failure", "kind": "harness", "reason": f"unknown command {cmd!r}"}]]
+
+    def _submission(self, command: dict[str, Any]) -> Answer:
+        cmd = command["cmd"]
+        if cmd == "attach":
+            assert command["slab"] == {"handle": "fake"}
+            self.script.attached = True
+            return [[{"event": "attached"}]]
+        if cmd == "load":
+            return [[{"event": "loaded", "seconds": 0.25}]]
+        if cmd == "build":
+            return [[{"event": "built", "index": command["shape"]}]]
+        if cmd == "audit":
+            steps = [{"label": label, "own": 1, "foreign": []} for label in self._launches]
+            self._launches = []
+            # An honest census of every step since the last audit: its own range, some events.
+            summaries = [{"event": "census", "summary": StepSummary(
+                label=label, marker=f"{MARKER_PREFIX}{label}{NONCE_SEPARATOR}{nonce}",
+                device="cuda", events=40, raised=False, ops=(), functions=(), kernels=None,
+                host_copy_bytes=0, tampered=()).to_json()} for label, nonce in self._census]
+            self._census = []
+            return [[*summaries, {"event": "audited", "steps": steps}]]
+        if cmd == "memory":
+            return [[{"event": "memory", **self.script.memory}]]
+        return [[{"event": "failure", "kind": "harness", "reason": f"unknown command {cmd!r}"}]]
+
+
+def install(monkeypatch: pytest.MonkeyPatch, script: Script | None = None) -> Script:
+    """Fake both children, the parent's ``perf_counter`` and the GPU telemetry; the script."""
+    script = script if script is not None else Script()
+    monkeypatch.setattr(interleave, "ChildProcess",
+                        lambda *a, **kw: FakeChild(script, *a, **kw))
+    monkeypatch.setattr(interleave, "time", types.SimpleNamespace(
+        perf_counter=script.clock, monotonic=time.monotonic, sleep=time.sleep))
+    monkeypatch.setattr(interleave, "secrets", types.SimpleNamespace(
+        randbits=secrets.randbits, randbelow=script.randbelow))
+    monkeypatch.setattr(telemetry, "snapshot", lambda label, uuid=None, index=0:
+                        telemetry.GpuSnapshot(label=label, wall_time=0.0))
+    monkeypatch.setattr(telemetry, "device_info", lambda uuid=None, index=0:
+                        telemetry.DeviceInfo(name="NVIDIA H200", max_memory_clock_mhz=3201.0,
+                                             memory_bus_width_bits=6144, source="test"))
+    return script
+
+
+def on(who: str, cmd: str, answer: Answer | Callable[[dict[str, Any]], Answer], *,
+       nth: int = 1, **match: Any) -> Hook:
+    """A hook: the ``nth`` (1-based) ``cmd`` to ``who`` whose fields match ``match`` gets
+    ``answer`` (or what ``answer(command)`` returns); everything else the default."""
+
+    def hook(w: str, command: dict[str, Any], script: Script) -> Answer:
+        if w != who or command["cmd"] != cmd or any(command.get(k) != v
+                                                    for k, v in match.items()):
+            return None
+        if script.count(who, cmd, **match) != nth:
+            return None
+        return answer(command) if callable(answer) else answer
+
+    return hook
+
+
+def done(command: dict[str, Any], window_ms: float = WINDOWS["sub"]) -> dict[str, Any]:
+    """The ``done`` a child answers ``command`` (a ``go``) with."""
+    return {"event": "done", "step": command.get("step"), "window_ms": window_ms,
+            "tail_ms": TAIL_MS}
+
+
+def batch(*messages: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Messages that arrive in one read of the channel."""
+    return [list(messages)]
+
+
+def apart(*messages: dict[str, Any]) -> list[list[dict[str, Any]]]:
+    """Messages that arrive in separate reads of the channel."""
+    return [[m] for m in messages]
+
+
+__all__ = ["End", "FakeChild", "Script", "apart", "batch", "done", "install", "on"]
