@@ -45,6 +45,9 @@ class End:
     detail: str = ""
     stderr: str = ""
     exit_code: int | None = None
+    # Messages written just before the end, read only when the parent reaps the child (as the
+    # real one drains its pipe then).
+    last: tuple[dict[str, Any], ...] = ()
 
 
 # What a hook returns: None (the default answer), an `End`, or batches of messages: each batch is
@@ -211,6 +214,7 @@ class FakeChild:
         elif self._end is not None:
             outcome, detail = self._end.outcome, self._end.detail
             code, stderr = self._end.exit_code, self._end.stderr
+            self.messages.extend({"_received": self.script.clock(), **m} for m in self._end.last)
         elif not self.ended:
             outcome, detail, code, stderr = (Outcome.SIGNALED, "killed by signal 9 (SIGKILL)",
                                              None, "")

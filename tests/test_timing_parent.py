@@ -546,3 +546,13 @@ def test_a_census_that_saw_a_torch_norm_breaks_the_rules(monkeypatch, ws) -> Non
     script.hook = on("submission", "audit", audit)
     assert_failed(run(ws), "rule_broken", "torch-op-on-path: PyTorch convolution/normalization "
                   "ops ran in step:float32:32x4096:d1#", "aten.var_mean")
+
+
+def test_a_failure_written_just_before_the_exit_is_read(monkeypatch, ws) -> None:
+    """The process says why and exits at once: the reason is read when it is reaped, never lost
+    behind 'exited with status 2'."""
+    install(monkeypatch, Script(hook=on("submission", "load", End(
+        Outcome.EXITED, "exited with status 2", exit_code=2,
+        last=({"event": "failure", "kind": "load", "reason": "importing the submission raised "
+               "ImportError('boom')"},)))))
+    assert_failed(run(ws), "crashed", "importing the submission raised ImportError('boom')")
