@@ -113,12 +113,6 @@ def _flat(result: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
     return flat
 
 
-def _frozen(tensor: torch.Tensor) -> Blob:
-    """The tensor's values as bytes (immutable: nothing in this process can change them now)."""
-    blob = tensor_blob(tensor)
-    return Blob(blob.dtype, blob.shape, bytes(blob.data))
-
-
 def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError | torch.OutOfMemoryError):
         return True
@@ -374,7 +368,7 @@ class Harness:
         if item["kind"] != "drift":
             result["params_after"] = {k: params[k].detach().cpu().clone() for k in PARAM_KEYS}
         with self.guard.trusted():
-            blobs = [(name, _frozen(tensor)) for name, tensor in _flat(result)]
+            blobs = [(name, tensor_blob(tensor)) for name, tensor in _flat(result)]
         return meta, blobs
 
     def _exit(self, code: ChildExit) -> None:

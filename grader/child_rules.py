@@ -54,7 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 
 from grader.census import FORBIDDEN_OPS, REDUCTION_OPS
 from grader.child_imports import RULE as FORBIDDEN_IMPORT
-from grader.child_imports import ImportFinder, ImportWatch
+from grader.child_imports import ImportFinder, ImportWatch, _under
 
 # Modules whose appearance means Dynamo/Inductor (torch.compile) compiled something in this
 # process. (Plain ``torch._dynamo`` is no sign: torch imports it lazily, e.g. when a dispatch
@@ -147,10 +147,6 @@ def _realpath(path: Any) -> str | None:
         return os.path.realpath(os.fsdecode(path))
     except (TypeError, ValueError, OSError):
         return None
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root + os.sep)
 
 
 class _OpLog(TorchDispatchMode):

@@ -512,8 +512,8 @@ def _wall(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
-_BLOB_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-                "float16": torch.float16}
+# The task's dtypes, and fp64 (none is sent today, but a check of fp64 values would be).
+_BLOB_DTYPES = {**DTYPES, "float64": torch.float64}
 
 
 def _outputs(message: dict[str, Any]) -> dict[str, Any] | str:
@@ -526,7 +526,7 @@ def _outputs(message: dict[str, Any]) -> dict[str, Any] | str:
         if dtype is None:
             return f"{name} has element type {blob.dtype!r}"
         numel = math.prod(blob.shape)
-        itemsize = torch.empty((), dtype=dtype).element_size()
+        itemsize = dtype.itemsize
         if numel * itemsize != len(blob.data) or min(blob.shape, default=1) < 0:
             return (f"{name} has {len(blob.data)} bytes, its shape {blob.shape} and type "
                     f"{blob.dtype} need {numel * itemsize}")

@@ -35,8 +35,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import math
 import secrets
 import shutil
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -101,7 +103,8 @@ class Interleaved:
         device: The baselines process's ``ready`` facts about the GPU.
         snapshots: GPU telemetry around the phases.
         baselines, submission: How each child ended.
-        memory: The submission process's ``memory`` message.
+        memory: The submission process's ``memory`` message (with how its GPU memory was read,
+            ``accounting``).
         handshake_ms: Per process, the parent's round trip of an empty command (median).
         load_s: Seconds the submission's import took.
     """
@@ -116,7 +119,6 @@ class Interleaved:
     memory: dict[str, Any] = field(default_factory=dict)
     handshake_ms: dict[str, float] = field(default_factory=dict)
     load_s: float | None = None
-    gpu_accounting: str | None = None
 
 
 class _Stop(Exception):
@@ -128,8 +130,10 @@ class _Stop(Exception):
         self.reason = reason
 
 
+# How the submission's process says it failed; anything else it names (a "harness" failure
+# included) is its own crash, never the grader's.
 _FAILURE_STATUS = {"rule": "rule_broken", "check": "check_failed", "oom": "out_of_memory",
-                   "load": "crashed", "crash": "crashed", "harness": "grader_error"}
+                   "load": "crashed", "crash": "crashed"}
 _OUTCOME_STATUS = {Outcome.TIMED_OUT: "timed_out", Outcome.OUT_OF_MEMORY: "out_of_memory",
                    Outcome.TAMPERED: "rule_broken", Outcome.TOO_MANY_TASKS: "rule_broken"}
 
@@ -189,11 +193,7 @@ class _Child:
             raise _Stop("rule_broken", f"{message.get('rule')}: {message.get('message')}")
         if event == "failure":
             kind = str(message.get("kind"))
-            # The submission's process names its failure; a "harness" failure it claims is still
-            # its own crash, never the grader's.
             status = "grader_error" if self.trusted else _FAILURE_STATUS.get(kind, "crashed")
-            if not self.trusted and status == "grader_error":
-                status = "crashed"
             reason = str(message.get("reason", f"the {self.who} child failed"))
             if message.get("rule"):
                 reason = f"{message['rule']}: {reason}"
@@ -312,8 +312,8 @@ class _Run:
                 raw.util.append(message["util"])
             # Judged at once (the parent's slack, the baselines process's numbers): a wrong
             # answer ends the run instead of being timed for every remaining round.
-            worst = max(range(len(UTIL_KEYS)), key=lambda k: _util(message["util"][-1][k]))
-            value = _util(message["util"][-1][worst])
+            worst = max(range(len(UTIL_KEYS)), key=lambda k: as_util(message["util"][-1][k]))
+            value = as_util(message["util"][-1][worst])
             limit, against = (1.0, "the fp64 oracle") if oracle else (self.slack, "plain PyTorch")
             if not value <= limit:
                 raise _Stop("check_failed", f"{label}: timed {UTIL_KEYS[worst]} differs from "
@@ -357,10 +357,14 @@ class _Run:
         self.out.snapshots.append(telemetry.snapshot(what, uuid=self.uuid))
 
 
-def _util(value: Any) -> float:
-    """A utilisation from the baselines process: NaN (a non-finite value) is the worst."""
-    value = float(value)
-    return float("inf") if value != value else value
+def as_util(value: Any) -> float:
+    """A utilisation from JSON: a number, or "inf"/"nan" text; NaN (a non-finite value) and
+    anything else are infinite, the worst."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.inf
+    return math.inf if math.isnan(out) else out
 
 
 def _number(message: dict[str, Any], key: str) -> float:
@@ -473,9 +477,9 @@ def _drive(run: _Run, job: dict[str, Any]) -> None:
     # The sandbox counts the child's tasks and answers; only then may commands follow.
     sub._wait(ARM_EVENT, "warming up the timing child", 0.0)
     out.handshake_ms = {
-        "baselines": _median([base.ask({"cmd": "ping"}, "pong", "a ping")[1] for _ in range(20)]),
-        "submission": _median([sub.ask({"cmd": "ping"}, "pong", "a ping")[1] for _ in range(20)]),
-    }
+        child.who: statistics.median(child.ask({"cmd": "ping"}, "pong", "a ping")[1]
+                                     for _ in range(20))
+        for child in (base, sub)}
     # Baselines alone, the submission's process idle (it has imported nothing of the
     # submission yet).
     for index in range(n):
@@ -517,15 +521,9 @@ def _drive(run: _Run, job: dict[str, Any]) -> None:
         run.progress(f"{visit + 1}/{visits} timed visits (all {n} shapes in turn)")
     memory, _ = sub.ask({"cmd": "memory"}, "memory", "reading the GPU memory")
     out.memory = memory
-    out.gpu_accounting = str(memory.get("accounting"))
     sub.leftover()
     base.leftover()
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-
-
-__all__ = ["BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "run_interleaved"]
+__all__ = ["BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "as_util",
+           "run_interleaved"]

@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
-import math
 import os
 import sys
 import tempfile
@@ -352,8 +351,8 @@ def analyze_shape(
     if missing:
         return _fail(label, TimingStatus.GRADER_ERROR, f"no check numbers for {missing}",
                      **values)
-    worst_key = max(UTIL_KEYS, key=lambda k: _as_util(sub_util[k]))
-    worst = _as_util(sub_util[worst_key])
+    worst_key = max(UTIL_KEYS, key=lambda k: interleave.as_util(sub_util[k]))
+    worst = interleave.as_util(sub_util[worst_key])
     values["utilisation"] = worst
     if not worst <= raw.slack:
         return _fail(label, TimingStatus.CHECK_FAILED,
@@ -399,15 +398,6 @@ def baseline_drift(alone: np.ndarray, interleaved: np.ndarray) -> tuple[float, f
     noise = abs(first / second - 1.0)
     moved = float(np.median(interleaved)) / float(np.median(alone)) - 1.0
     return moved, noise, max(BASELINE_DRIFT, BASELINE_NOISE_MULTIPLE * noise)
-
-
-def _as_util(value: Any) -> float:
-    """A utilisation from JSON: a number, or "inf"/"nan" text; anything else is infinite."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.inf
-    return math.inf if math.isnan(out) else out
 
 
 def task_score(verdicts: Sequence[ShapeVerdict]) -> tuple[float, tuple[float, float] | None]:
@@ -606,7 +596,7 @@ def run_timing(
             "child_armed_tasks": sub.armed_tasks if sub else None,
             "baselines_outcome": base.outcome.value if base else None,
             "baselines_stderr_tail": base.stderr_tail[-1000:] if base else "",
-            "gpu_memory_accounting": run.gpu_accounting,
+            "gpu_memory_accounting": run.memory.get("accounting"),
             "gpu_memory": {k: run.memory.get(k) for k in ("held_bytes", "foreign_bytes")},
             "plain_step_s": plain_s,
             "child_stderr_tail": sub.stderr_tail[-2000:] if sub else "",

@@ -278,13 +278,14 @@ def pin_pools(torch: Any) -> int:
 
 
 def tensor_blob(tensor: Any) -> Blob:
-    """A tensor's values as a `Blob` (copied to host memory, C-contiguous)."""
+    """A tensor's values as a `Blob` of immutable bytes (copied to host memory, C-contiguous):
+    nothing in this process can change them once taken."""
     import torch
 
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
     raw = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
     return Blob(str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape),
-                memoryview(raw.numpy()))
+                raw.numpy().tobytes())
 
 
 __all__ = [

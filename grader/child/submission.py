@@ -186,8 +186,9 @@ class Sensor:
         for summary in self.census.collect():
             self.channel.send("census", summary=summary.to_json())
         root = os.path.realpath(Path.cwd())
-        steps = [{"label": label_, "own": sum(1 for _, f in ks if _under(f, root)),
-                  "foreign": sorted({f"{n} ({f})" for n, f in ks if not _under(f, root)})}
+        under = self.rules._under
+        steps = [{"label": label_, "own": sum(1 for _, f in ks if under(f, root)),
+                  "foreign": sorted({f"{n} ({f})" for n, f in ks if not under(f, root)})}
                  for label_, ks in self.launches]
         self.launches = []
         self.channel.send("audited", steps=steps)
@@ -202,10 +203,6 @@ class Sensor:
         added = foreign - self.base_foreign if known else None
         self.channel.send("memory", held_bytes=held, foreign_bytes=added,
                           accounting=self.accounting)
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root + os.sep)
 
 
 def _hide_modules(prefixes: tuple[str, ...]) -> None:
