@@ -324,7 +324,9 @@ class _Run:
     def judge_census(self, message: dict[str, Any]) -> None:
         """One ``census`` message of the submission's process, judged here (`grader.census`)."""
         label = census_rules.message_label(message)
-        found = census_rules.judge_message(message, self.dims.get(label), self.ledger,
+        # A step's dims are needed until its summary comes, once.
+        dims = self.dims.pop(label, None) if "summary" in message else self.dims.get(label)
+        found = census_rules.judge_message(message, dims, self.ledger,
                                            gpu=self.out_device == "cuda")
         if found:
             first = found[0]
