@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from reference.block import DilatedResidualBlock as ReferenceBlock
     from reference.conv_norm import conv_norm_backward, conv_norm_forward
     from reference.plans import plan_for
-    from reference.tune import make_l2_flush, quantiles, time_interleaved
+    from reference.tuning.timing import make_l2_flush, quantiles, time_interleaved
     from task.inputs import DTYPES
     from task.model import DilatedResidualBlock as FrozenBlock
 

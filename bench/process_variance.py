@@ -73,7 +73,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from reference.block import DilatedResidualBlock as ReferenceBlock
     from reference.conv_norm import conv_norm_backward, conv_norm_forward
     from reference.plans import device_info, heuristic_plan, plan_for
-    from reference.tune import make_l2_flush, quantiles, time_interleaved
+    from reference.tuning.timing import make_l2_flush, quantiles, time_interleaved
     from task.inputs import DTYPES
     from task.model import DilatedResidualBlock as FrozenBlock
 

@@ -75,9 +75,9 @@ from reference.plans import (  # noqa: E402
     shape_class,
     table_for_gpu,
 )
-from reference.tune import (  # noqa: E402
+from reference.tuning.shapes import TuneShape  # noqa: E402
+from reference.tuning.timing import (  # noqa: E402
     HIDE_LAUNCH_FLUSH_BYTES,
-    TuneShape,
     make_l2_flush,
     precompile,
     quantiles,
@@ -600,7 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = [s for s in shapes if s.label in wanted]
     if device.type == "cuda" and args.compile_workers > 0:
         # Triton compiles each plan × shape variant on first launch, serially; fill its cache
-        # in parallel first (see reference.tune.precompile).
+        # in parallel first (see reference.tuning.timing.precompile).
         tasks = [(plan, TuneShape(s.batch, s.length, channels, s.dilation, s.dtype))
                  for s in shapes for plan in kernel_plans(s, channels, device)[0].values()]
         precompile(tasks, args.compile_workers, load_config().block.eps)

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from grader.config import load_config
     from reference import conv_norm as cn
     from reference.plans import plan_for
-    from reference.tune import make_l2_flush, quantiles, time_interleaved
+    from reference.tuning.timing import make_l2_flush, quantiles, time_interleaved
     from task.inputs import DTYPES
 
     if not torch.cuda.is_available():

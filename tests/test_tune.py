@@ -1,4 +1,4 @@
-"""CPU tests of the plan tuner (`reference/tune.py`): no GPU anywhere.
+"""CPU tests of the plan tuner (`reference/tuning/`, CLI `reference/tune.py`): no GPU anywhere.
 
 The pure parts are tested directly: ranges and proposal validation, the heuristic
 neighbourhood, the LLM client against a local fake chat-completions endpoint, the promotion rule,
@@ -27,22 +27,26 @@ import pytest
 import torch
 
 from grader.config import load_config
-from reference import tune
 from reference.plans import DeviceInfo, Plan, PlanTable, heuristic_plan, load_table, save_table
-from reference.tune import (
-    Decision,
-    GateResult,
-    LLMConfig,
-    Measured,
-    ProposalContext,
+from reference.tune import unproven_entries
+from reference.tuning.freeze import Decision, decide_promotion, merge_table, pick_winner, table_meta
+from reference.tuning.llm import LLMConfig, Measured, ProposalContext, ask_llm, llm_config
+from reference.tuning.propose import InvalidProposal, check_plan, neighbourhood, plan_ranges
+from reference.tuning.prove import Gate, GateCase, GateResult, gate_cases_for, pick_gate_cases
+from reference.tuning.reverify import reverify_verdict
+from reference.tuning.shapes import (
     ShapeGroup,
-    TuneSettings,
     TuneShape,
+    group_shapes,
+    profile_shapes,
+    shape_from_key,
 )
+from reference.tuning.timing import TIMING_NEEDS_GPU, quantiles, time_interleaved
+from reference.tuning.tuner import GroupReport, Tuner, TuneSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = DeviceInfo(name="NVIDIA H200", sm_count=132, l2_bytes=60 << 20)
-RANGES = tune.plan_ranges(H200)
+RANGES = plan_ranges(H200)
 BASE = heuristic_plan(H200, torch.float32, 32, 4096, 128, 1)
 SHAPE = TuneShape(32, 4096, 128, 1, "float32")
 PASS = GateResult(True, 0.1)
@@ -66,20 +70,20 @@ def test_ranges_cover_every_plan_field_and_hold_the_heuristic() -> None:
 
 
 def test_neighbourhood_is_deterministic_distinct_valid_and_bounded() -> None:
-    first = tune.neighbourhood(BASE, RANGES, 8)
-    assert first == tune.neighbourhood(BASE, RANGES, 8)
+    first = neighbourhood(BASE, RANGES, 8)
+    assert first == neighbourhood(BASE, RANGES, 8)
     assert len(first) == 8
     assert BASE not in first
     assert len(set(first)) == len(first)
     for plan in first:
-        assert tune.check_plan(plan.to_dict(), BASE, RANGES) == plan
-    assert tune.neighbourhood(BASE, RANGES, 3) == first[:3]
-    assert tune.neighbourhood(BASE, RANGES, 0) == []
+        assert check_plan(plan.to_dict(), BASE, RANGES) == plan
+    assert neighbourhood(BASE, RANGES, 3) == first[:3]
+    assert neighbourhood(BASE, RANGES, 0) == []
 
 
 def test_neighbourhood_clamps_groups_at_the_sm_count() -> None:
     at_max = Plan(fwd_group=132, bwd_group=132)
-    plans = tune.neighbourhood(at_max, RANGES, 20)
+    plans = neighbourhood(at_max, RANGES, 20)
     assert all(p.fwd_group <= 132 and p.bwd_group <= 132 for p in plans)
     assert any(p.fwd_group == 66 for p in plans)  # the "fewer groups" move survives
 
@@ -100,18 +104,18 @@ def test_neighbourhood_clamps_groups_at_the_sm_count() -> None:
     ],
 )
 def test_check_plan_rejects_with_the_field_and_value(fields: dict[str, Any], fragment: str) -> None:
-    with pytest.raises(tune.InvalidProposal, match=fragment) as info:
-        tune.check_plan(fields, BASE, RANGES)
+    with pytest.raises(InvalidProposal, match=fragment) as info:
+        check_plan(fields, BASE, RANGES)
     assert next(iter(fields)) in str(info.value)
 
 
 def test_check_plan_rejects_tiles_the_plan_forbids_and_fills_omitted_fields() -> None:
     wide = {**RANGES, "fwd_block_rows": (*RANGES["fwd_block_rows"], 256)}
-    with pytest.raises(tune.InvalidProposal, match="MAX_TILE_ELEMENTS"):
-        tune.check_plan({"fwd_block_rows": 256, "block_c": 128}, BASE, wide)
-    with pytest.raises(tune.InvalidProposal, match="JSON object"):
-        tune.check_plan([1, 2], BASE, RANGES)  # type: ignore[arg-type]
-    plan = tune.check_plan({"fwd_group": 16}, BASE, RANGES)
+    with pytest.raises(InvalidProposal, match="MAX_TILE_ELEMENTS"):
+        check_plan({"fwd_block_rows": 256, "block_c": 128}, BASE, wide)
+    with pytest.raises(InvalidProposal, match="JSON object"):
+        check_plan([1, 2], BASE, RANGES)  # type: ignore[arg-type]
+    plan = check_plan({"fwd_group": 16}, BASE, RANGES)
     assert plan == Plan(**{**BASE.to_dict(), "fwd_group": 16})
 
 
@@ -121,7 +125,7 @@ def test_check_plan_rejects_tiles_the_plan_forbids_and_fills_omitted_fields() ->
 def test_group_shapes_by_dtype_and_class_largest_first() -> None:
     shapes = [TuneShape(8, 4096, 128, 1, "float32"), TuneShape(6, 4000, 128, 1, "float32"),
               TuneShape(8, 4096, 128, 1, "bfloat16"), TuneShape(64, 1024, 128, 2, "float32")]
-    groups = tune.group_shapes(shapes)
+    groups = group_shapes(shapes)
     assert [(g.dtype, g.key) for g in groups] == [
         ("float32", "c128-l4096-d1-b8"), ("bfloat16", "c128-l4096-d1-b8"),
         ("float32", "c128-l1024-d2-b64")]
@@ -129,33 +133,33 @@ def test_group_shapes_by_dtype_and_class_largest_first() -> None:
 
 
 def test_shape_from_key_round_trips_and_rejects_garbage() -> None:
-    shape = tune.shape_from_key("bfloat16", "c128-l8192-d64-b64")
+    shape = shape_from_key("bfloat16", "c128-l8192-d64-b64")
     assert shape == TuneShape(64, 8192, 128, 64, "bfloat16")
     assert shape.key == "c128-l8192-d64-b64"
     with pytest.raises(ValueError, match="c<C>-l<L>-d<D>-b<B>"):
-        tune.shape_from_key("float32", "l4096-b8")
+        shape_from_key("float32", "l4096-b8")
 
 
 def test_profile_shapes_and_gate_case_picks() -> None:
     config = load_config()
-    h200 = tune.profile_shapes(config, "h200", 128)
+    h200 = profile_shapes(config, "h200", 128)
     assert len(h200) == len(config.timing.profiles["h200"].shapes)
     with pytest.raises(ValueError, match="not one of"):
-        tune.profile_shapes(config, "a100", 128)
-    picks = tune.pick_gate_cases(config.correctness.cases, "float32", 3, smoke_only=False)
+        profile_shapes(config, "a100", 128)
+    picks = pick_gate_cases(config.correctness.cases, "float32", 3, smoke_only=False)
     sizes = [c.numel for c in picks]
     assert len(picks) == 3 and sizes == sorted(sizes) and len(set(sizes)) == 3
     assert all(c.dtype == "float32" for c in picks)
-    smoke = tune.pick_gate_cases(config.correctness.cases, "float32", 50, smoke_only=True)
+    smoke = pick_gate_cases(config.correctness.cases, "float32", 50, smoke_only=True)
     assert smoke and all(c.smoke for c in smoke)
-    assert tune.pick_gate_cases(config.correctness.cases, "bfloat16", 0, False) == []
-    group = tune.group_shapes(h200)[0]
-    cases = tune.gate_cases_for(group, config, 2, smoke_only=False)
+    assert pick_gate_cases(config.correctness.cases, "bfloat16", 0, False) == []
+    group = group_shapes(h200)[0]
+    cases = gate_cases_for(group, config, 2, smoke_only=False)
     assert cases[0].shape == group.timed and len(cases) == 1 + 2
 
 
 def test_quantiles() -> None:
-    q = tune.quantiles([5.0, 1.0, 2.0, 3.0, 4.0, 6.0])
+    q = quantiles([5.0, 1.0, 2.0, 3.0, 4.0, 6.0])
     assert q["median"] == pytest.approx(3.5)
     assert q["p20"] == pytest.approx(2.0) and q["p80"] == pytest.approx(5.0)
 
@@ -220,10 +224,10 @@ def test_llm_valid_proposals_are_parsed_and_request_is_openai_shaped(fake_llm: F
     cfg = LLMConfig(fake_llm.url, "tuner-model", api_key="k-123", timeout_s=5)
     measured = (Measured(BASE, 0.5),
                 Measured(Plan(**{**BASE.to_dict(), "fwd_group": 2}), None, "failed gate: x"))
-    parsed = tune.ask_llm(cfg, context(measured))
+    parsed = ask_llm(cfg, context(measured))
     assert parsed.rejections == ()
-    assert parsed.plans == (tune.check_plan({"fwd_group": 32, "bwd_group": 32}, BASE, RANGES),
-                            tune.check_plan({"fwd_block_rows": 64, "fwd_num_warps": 8}, BASE,
+    assert parsed.plans == (check_plan({"fwd_group": 32, "bwd_group": 32}, BASE, RANGES),
+                            check_plan({"fwd_block_rows": 64, "fwd_num_warps": 8}, BASE,
                                             RANGES))
     (request,) = fake_llm.requests
     assert request["model"] == "tuner-model"
@@ -239,9 +243,9 @@ def test_llm_valid_proposals_are_parsed_and_request_is_openai_shaped(fake_llm: F
 def test_llm_fenced_json_and_bare_list_are_accepted(fake_llm: FakeLLM) -> None:
     cfg = LLMConfig(fake_llm.url + "/chat/completions", "m", timeout_s=5)
     fake_llm.content = '```json\n{"plans": [{"bwd_group": 4}]}\n```'
-    assert len(tune.ask_llm(cfg, context()).plans) == 1
+    assert len(ask_llm(cfg, context()).plans) == 1
     fake_llm.content = '[{"bwd_group": 4}]'
-    assert len(tune.ask_llm(cfg, context()).plans) == 1
+    assert len(ask_llm(cfg, context()).plans) == 1
 
 
 @pytest.mark.parametrize(
@@ -258,7 +262,7 @@ def test_llm_fenced_json_and_bare_list_are_accepted(fake_llm: FakeLLM) -> None:
 def test_llm_garbage_and_source_are_rejected_whole(fake_llm: FakeLLM, content: str,
                                                    fragment: str) -> None:
     fake_llm.content = content
-    parsed = tune.ask_llm(LLMConfig(fake_llm.url, "m", timeout_s=5), context())
+    parsed = ask_llm(LLMConfig(fake_llm.url, "m", timeout_s=5), context())
     assert parsed.plans == ()
     assert len(parsed.rejections) == 1 and fragment in parsed.rejections[0]
 
@@ -273,7 +277,7 @@ def test_llm_invalid_plans_rejected_one_by_one(fake_llm: FakeLLM) -> None:
         {"bwd_group": 5},  # duplicate of the one before
         {"fwd_group": 7}, {"fwd_group": 9}, {"fwd_group": 11},  # the last is beyond max_plans=3
     ]})
-    parsed = tune.ask_llm(LLMConfig(fake_llm.url, "m", timeout_s=5, max_plans=3), context())
+    parsed = ask_llm(LLMConfig(fake_llm.url, "m", timeout_s=5, max_plans=3), context())
     assert [p.fwd_group for p in parsed.plans] == [BASE.fwd_group, 7, 9]
     reasons = "\n".join(parsed.rejections)
     for fragment in ("plan 0: fwd_group=999", "plan 1: fwd_block_rows='big'", "plan 2: unknown",
@@ -285,82 +289,82 @@ def test_llm_invalid_plans_rejected_one_by_one(fake_llm: FakeLLM) -> None:
 def test_llm_not_a_chat_completion_and_http_errors(fake_llm: FakeLLM) -> None:
     cfg = LLMConfig(fake_llm.url, "m", timeout_s=5)
     fake_llm.raw = b"<html>gateway</html>"
-    assert "not a chat-completions response" in tune.ask_llm(cfg, context()).rejections[0]
+    assert "not a chat-completions response" in ask_llm(cfg, context()).rejections[0]
     fake_llm.raw = json.dumps({"choices": [{"message": {"content": None}}]}).encode()
-    assert "not text" in tune.ask_llm(cfg, context()).rejections[0]
+    assert "not text" in ask_llm(cfg, context()).rejections[0]
     fake_llm.raw, fake_llm.status = b"{}", 500
-    assert "HTTP 500" in tune.ask_llm(cfg, context()).rejections[0]
+    assert "HTTP 500" in ask_llm(cfg, context()).rejections[0]
 
 
 def test_llm_endpoint_down_is_a_rejection_not_a_crash() -> None:
     with socket.socket() as s:  # a port nothing listens on once this socket closes
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    parsed = tune.ask_llm(LLMConfig(f"http://127.0.0.1:{port}/v1", "m", timeout_s=2), context())
+    parsed = ask_llm(LLMConfig(f"http://127.0.0.1:{port}/v1", "m", timeout_s=2), context())
     assert parsed.plans == ()
     assert "unreachable" in parsed.rejections[0]
 
 
 def test_llm_config_from_arguments_and_environment() -> None:
-    assert tune.llm_config(None, None, env={}) is None
+    assert llm_config(None, None, env={}) is None
     env = {"TUNE_LLM_ENDPOINT": "http://h:1/v1", "TUNE_LLM_MODEL": "m", "TUNE_LLM_API_KEY": "k"}
-    cfg = tune.llm_config(None, None, env=env)
+    cfg = llm_config(None, None, env=env)
     assert cfg == LLMConfig("http://h:1/v1", "m", "k")
     assert cfg.url == "http://h:1/v1/chat/completions"
-    assert tune.llm_config("http://o:2/v1", "n", env=env).model == "n"
+    assert llm_config("http://o:2/v1", "n", env=env).model == "n"
     with pytest.raises(ValueError, match="no model"):
-        tune.llm_config("http://h:1/v1", None, env={})
+        llm_config("http://h:1/v1", None, env={})
 
 
 # ----------------------------------------------------------------------------- promotion
 
 
 def test_faster_beyond_noise_promotes() -> None:
-    d = tune.decide_promotion(noisy(1.0, 0.01, seed=1), noisy(0.9, 0.01, seed=2), PASS)
+    d = decide_promotion(noisy(1.0, 0.01, seed=1), noisy(0.9, 0.01, seed=2), PASS)
     assert d.promote and d.speedup == pytest.approx(1.11, abs=0.02) and d.ci_low > 1.0
 
 
 def test_within_noise_does_not_promote() -> None:
-    d = tune.decide_promotion(noisy(1.0, 0.10, seed=1), noisy(0.99, 0.10, seed=2), PASS)
+    d = decide_promotion(noisy(1.0, 0.10, seed=1), noisy(0.99, 0.10, seed=2), PASS)
     assert not d.promote and "within noise" in d.reason
 
 
 def test_certainly_slower_is_called_slower() -> None:
-    d = tune.decide_promotion(noisy(1.0, 0.001, seed=1), noisy(1.1, 0.001, seed=2), PASS)
+    d = decide_promotion(noisy(1.0, 0.001, seed=1), noisy(1.1, 0.001, seed=2), PASS)
     assert not d.promote and d.ci_high < 1.0 and d.reason.startswith("slower: speedup 0.9")
 
 
 def test_small_but_certain_gain_below_min_gain_does_not_promote() -> None:
-    d = tune.decide_promotion(noisy(1.0, 0.001, seed=1), noisy(0.99, 0.001, seed=2), PASS,
+    d = decide_promotion(noisy(1.0, 0.001, seed=1), noisy(0.99, 0.001, seed=2), PASS,
                               min_gain=0.02)
     assert not d.promote and d.ci_low > 1.0 and "min_gain" in d.reason
 
 
 def test_failing_gate_never_promotes_however_fast() -> None:
-    d = tune.decide_promotion(noisy(1.0, 0.01), noisy(0.2, 0.01), FAIL)
+    d = decide_promotion(noisy(1.0, 0.01), noisy(0.2, 0.01), FAIL)
     assert not d.promote and "failed the gate" in d.reason
-    assert not tune.decide_promotion(noisy(1.0, 0.01), [], PASS).promote
+    assert not decide_promotion(noisy(1.0, 0.01), [], PASS).promote
 
 
 def test_pick_winner_takes_the_largest_promotable_speedup() -> None:
     samples = {"incumbent": noisy(1.0, 0.01, seed=0), "a": noisy(0.9, 0.01, seed=1),
                "b": noisy(0.8, 0.01, seed=2), "c": noisy(0.5, 0.01, seed=3)}
     gates = {"incumbent": PASS, "a": PASS, "b": PASS, "c": FAIL}
-    winner, decisions = tune.pick_winner("incumbent", samples, gates)
+    winner, decisions = pick_winner("incumbent", samples, gates)
     assert winner == "b"
     assert set(decisions) == {"a", "b", "c"} and not decisions["c"].promote
 
 
 def test_pick_winner_keeps_incumbent_when_nothing_is_clearly_faster() -> None:
     samples = {"incumbent": noisy(1.0, 0.05, seed=0), "a": noisy(1.0, 0.05, seed=1)}
-    winner, _ = tune.pick_winner("incumbent", samples, {"incumbent": PASS, "a": PASS})
+    winner, _ = pick_winner("incumbent", samples, {"incumbent": PASS, "a": PASS})
     assert winner == "incumbent"
 
 
 def test_pick_winner_replaces_an_incumbent_that_fails_the_gate() -> None:
     samples = {"incumbent": [], "a": noisy(1.2, 0.01), "b": noisy(1.1, 0.01), "c": []}
     gates = {"incumbent": FAIL, "a": PASS, "b": PASS, "c": FAIL}
-    winner, decisions = tune.pick_winner("incumbent", samples, gates)
+    winner, decisions = pick_winner("incumbent", samples, gates)
     assert winner == "b" and not decisions["c"].promote
 
 
@@ -375,7 +379,7 @@ FRESH = {"heuristic": BASE, "neighbour1": NEIGHBOUR}
 def test_reverify_keeps_an_entry_within_drift() -> None:
     samples = {"frozen": noisy(1.0, 0.02, seed=0), "heuristic": noisy(1.1, 0.02, seed=1),
                "neighbour1": noisy(0.98, 0.02, seed=2)}
-    v = tune.reverify_verdict(FROZEN, PASS, samples, {"heuristic": PASS, "neighbour1": PASS},
+    v = reverify_verdict(FROZEN, PASS, samples, {"heuristic": PASS, "neighbour1": PASS},
                               FRESH, drift=0.05)
     assert v.action == "keep" and v.plan == FROZEN
 
@@ -383,7 +387,7 @@ def test_reverify_keeps_an_entry_within_drift() -> None:
 def test_reverify_replaces_a_drifted_entry_with_a_fresh_plan_that_beats_the_heuristic() -> None:
     samples = {"frozen": noisy(1.0, 0.01, seed=0), "heuristic": noisy(0.95, 0.01, seed=1),
                "neighbour1": noisy(0.7, 0.01, seed=2)}
-    v = tune.reverify_verdict(FROZEN, PASS, samples, {"heuristic": PASS, "neighbour1": PASS},
+    v = reverify_verdict(FROZEN, PASS, samples, {"heuristic": PASS, "neighbour1": PASS},
                               FRESH, drift=0.05)
     assert v.action == "replace" and v.plan == NEIGHBOUR and "drifted" in v.reason
 
@@ -391,7 +395,7 @@ def test_reverify_replaces_a_drifted_entry_with_a_fresh_plan_that_beats_the_heur
 def test_reverify_removes_a_drifted_entry_when_the_heuristic_is_best() -> None:
     samples = {"frozen": noisy(1.0, 0.01, seed=0), "heuristic": noisy(0.7, 0.01, seed=1),
                "neighbour1": noisy(0.9, 0.01, seed=2)}
-    v = tune.reverify_verdict(FROZEN, PASS, samples, {"heuristic": PASS, "neighbour1": PASS},
+    v = reverify_verdict(FROZEN, PASS, samples, {"heuristic": PASS, "neighbour1": PASS},
                               FRESH, drift=0.05)
     assert v.action == "remove" and v.plan is None and "heuristic" in v.reason
 
@@ -399,10 +403,10 @@ def test_reverify_removes_a_drifted_entry_when_the_heuristic_is_best() -> None:
 def test_reverify_demotes_an_entry_that_fails_the_gate() -> None:
     samples = {"frozen": [], "heuristic": noisy(1.0, 0.01, seed=1),
                "neighbour1": noisy(1.0, 0.01, seed=2)}
-    v = tune.reverify_verdict(FROZEN, FAIL, samples, {"heuristic": PASS, "neighbour1": PASS},
+    v = reverify_verdict(FROZEN, FAIL, samples, {"heuristic": PASS, "neighbour1": PASS},
                               FRESH)
     assert v.action == "remove" and "failed the gate" in v.reason
-    v = tune.reverify_verdict(FROZEN, FAIL, samples, {"heuristic": FAIL, "neighbour1": FAIL},
+    v = reverify_verdict(FROZEN, FAIL, samples, {"heuristic": FAIL, "neighbour1": FAIL},
                               FRESH)
     assert v.action == "remove" and "no fresh plan passed" in v.reason
 
@@ -411,13 +415,13 @@ def test_reverify_demotes_an_entry_that_fails_the_gate() -> None:
 
 
 def test_merge_and_round_trip(tmp_path: Path) -> None:
-    start = PlanTable(meta=tune.table_meta("NVIDIA H200", "test"),
+    start = PlanTable(meta=table_meta("NVIDIA H200", "test"),
                       plans={"float32": {"c128-l4096-d1-b32": FROZEN,
                                          "c128-l8192-d128-b32": BASE}})
-    merged = tune.merge_table(start, {("float32", "c128-l4096-d1-b32"): NEIGHBOUR,
+    merged = merge_table(start, {("float32", "c128-l4096-d1-b32"): NEIGHBOUR,
                                       ("float32", "c128-l8192-d128-b32"): None,
                                       ("bfloat16", "c128-l4096-d1-b32"): FROZEN},
-                              tune.table_meta("NVIDIA H200", "merged"))
+                              table_meta("NVIDIA H200", "merged"))
     assert start.plans["float32"]["c128-l4096-d1-b32"] == FROZEN  # input untouched
     assert merged.plans == {"float32": {"c128-l4096-d1-b32": NEIGHBOUR},
                             "bfloat16": {"c128-l4096-d1-b32": FROZEN}}
@@ -430,12 +434,12 @@ def test_merge_and_round_trip(tmp_path: Path) -> None:
 
 def test_unproven_entries_names_what_this_run_did_not_gate() -> None:
     table = PlanTable(meta={}, plans={"float32": {"k1": FROZEN, "k2": BASE}})
-    report = tune.GroupReport("float32", "k1", "s", "frozen",
+    report = GroupReport("float32", "k1", "s", "frozen",
                               candidates={"incumbent": FROZEN.to_dict()},
                               gates={"incumbent": PASS})
-    assert tune.unproven_entries(table, [report]) == ["float32/k2"]
+    assert unproven_entries(table, [report]) == ["float32/k2"]
     report.gates["incumbent"] = FAIL
-    assert tune.unproven_entries(table, [report]) == ["float32/k1", "float32/k2"]
+    assert unproven_entries(table, [report]) == ["float32/k1", "float32/k2"]
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -454,8 +458,8 @@ def fake_times(plans: dict[str, Plan], shape: TuneShape) -> dict[str, list[float
             for i, (name, plan) in enumerate(plans.items())}
 
 
-def make_tuner(monkeypatch: pytest.MonkeyPatch, **settings: Any) -> tune.Tuner:
-    tuner = tune.Tuner(load_config(), torch.device("cpu"), TuneSettings(**settings), None, 7)
+def make_tuner(monkeypatch: pytest.MonkeyPatch, **settings: Any) -> Tuner:
+    tuner = Tuner(load_config(), torch.device("cpu"), TuneSettings(**settings), None, 7)
     tuner.info, tuner.ranges, tuner.can_time = H200, RANGES, True
     monkeypatch.setattr(tuner, "_gate", lambda group: FakeGate())
     monkeypatch.setattr(tuner, "_time", fake_times)
@@ -521,7 +525,7 @@ def test_interpreted_tuner_gates_and_says_timing_needs_a_gpu(tmp_path: Path,
         capture_output=True, text=True, timeout=240, env=env, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert tune.TIMING_NEEDS_GPU in proc.stderr
+    assert TIMING_NEEDS_GPU in proc.stderr
     assert "llm proposal rejected: plan 1: fwd_num_warps=3" in proc.stderr
     assert "precompiled 4 plan×shape pairs with 2 workers" in proc.stderr  # spawn pool works
     data = json.loads(report.read_text())
@@ -540,11 +544,11 @@ def test_candidates_explore_around_the_heuristic_and_the_frozen_plan(
     plans, sources = tuner._candidates(frozen, BASE)
     assert list(plans) == ["incumbent", "heuristic", "neighbour1", "neighbour2", "neighbour3"]
     assert sources["incumbent"] == "frozen" and sources["heuristic"] == "heuristic"
-    assert plans["neighbour1"] == tune.neighbourhood(BASE, RANGES, 1)[0]
-    assert plans["neighbour2"] == tune.neighbourhood(frozen, RANGES, 1)[0]
+    assert plans["neighbour1"] == neighbourhood(BASE, RANGES, 1)[0]
+    assert plans["neighbour2"] == neighbourhood(frozen, RANGES, 1)[0]
     assert len(set(plans.values())) == 5
     only, _ = tuner._candidates(BASE, BASE)  # no frozen entry: the heuristic's neighbours alone
-    assert list(only.values())[1:] == tune.neighbourhood(BASE, RANGES, 4)
+    assert list(only.values())[1:] == neighbourhood(BASE, RANGES, 4)
 
 
 # ----------------------------------------------------------------------------- timing and gate
@@ -555,7 +559,7 @@ def test_time_interleaved_rotates_and_prepares_before_every_sample() -> None:
     fns = {n: (lambda n=n: calls.append(n)) for n in ("a", "b", "c")}
     prepare = {n: (lambda n=n: calls.append(f"prep-{n}")) for n in ("a", "b", "c")}
     flushes: list[int] = []
-    samples = tune.time_interleaved(fns, rounds=3, warmup=1, flush=lambda: flushes.append(1),
+    samples = time_interleaved(fns, rounds=3, warmup=1, flush=lambda: flushes.append(1),
                                     prepare=prepare, wall_clock=True)
     assert {n: len(v) for n, v in samples.items()} == {"a": 3, "b": 3, "c": 3}
     assert all(t >= 0 for v in samples.values() for t in v)
@@ -569,10 +573,10 @@ def test_time_interleaved_rotates_and_prepares_before_every_sample() -> None:
 SMALL = TuneShape(2, 16, 8, 2, "float32")
 
 
-def small_gate() -> tune.Gate:
+def small_gate() -> Gate:
     config = load_config()
-    case = tune.GateCase("small", SMALL, "normal", 1)
-    return tune.Gate([case], config.budgets, torch.device("cpu"), secret=3)
+    case = GateCase("small", SMALL, "normal", 1)
+    return Gate([case], config.budgets, torch.device("cpu"), secret=3)
 
 
 def test_gate_rejects_a_wrong_output(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -619,7 +623,7 @@ def test_gate_passes_the_frozen_block_math(monkeypatch: pytest.MonkeyPatch) -> N
 def test_interpreted_reverify_keeps_a_passing_entry(tmp_path: Path) -> None:
     """--reverify on a table entry no profile shape maps to (its shape comes from the key)."""
     table = tmp_path / "t.json"
-    save_table(table, PlanTable(meta=tune.table_meta("cpu", "test"),
+    save_table(table, PlanTable(meta=table_meta("cpu", "test"),
                                 plans={"float32": {"c16-l64-d1-b2": Plan(bwd_block_rows=32)}}))
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
@@ -629,5 +633,5 @@ def test_interpreted_reverify_keeps_a_passing_entry(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "reverify float32 c16-l64-d1-b2 (on float32:2x64x16:d1)" in proc.stderr
-    assert "KEEP" in proc.stderr and tune.TIMING_NEEDS_GPU in proc.stderr
+    assert "KEEP" in proc.stderr and TIMING_NEEDS_GPU in proc.stderr
     assert load_table(table).plans == {"float32": {"c16-l64-d1-b2": Plan(bwd_block_rows=32)}}
