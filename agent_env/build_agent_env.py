@@ -5,7 +5,8 @@
 writes::
 
     DEST/kit/          the grader's public part: task/ (frozen block, inputs, oracle, PROMPT.md),
-                       grader/ (gate, sandbox, timing, check, submit, published speedups),
+                       grader/ (gate, sandbox, timing, published speedups; the agent's check
+                       and submit in grader/agent/),
                        scoring.yaml, PROMPT.md (a copy at the top, for finding it)
     DEST/workspace/    a git repository: the template's solution.py, README.md, .gitignore,
                        one commit ("start"), user.name/user.email "agent" in its .git/config
@@ -41,6 +42,7 @@ KIT_DIRS: dict[str, tuple[str, ...]] = {
     "task": ("*.py", "PROMPT.md"),
     "grader": ("*.py", "*.json"),
     "grader/child": ("*.py",),  # what runs next to the submission (channel, census...)
+    "grader/agent": ("*.py",),  # the agent's tools: check, submit, their store
 }
 KIT_FILES = ("scoring.yaml",)
 # The files of the template that make the workspace.
@@ -211,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dest = args.dest.resolve()
     print(f"built {dest}: {len(manifest.kit)} kit files, workspace at {dest / 'workspace'} "
           f"(commit {manifest.workspace_commit[:12]}); reference left out")
-    print(f"use it: . {dest / 'env.sh'} && cd {dest / 'workspace'} && python -m grader.check")
+    print(f"use it: . {dest / 'env.sh'} && cd {dest / 'workspace'} && python -m grader check")
     return 0
 
 

@@ -36,7 +36,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|trust|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -145,6 +145,34 @@ or disables_guard_via_frames or drops_census_messages or naive_passes or referen
         | tee -a "$OUT/summary.txt"
     grep -E "^(FAILED|ERROR)" "$OUT/gate-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
     suite census-gpu 30 -m gpu tests/test_census.py | tee -a "$OUT/summary.txt"
+    echo "phase done at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
+    ;;
+trust-check)
+    # Issue 13 after call 5: a whole grade and one timing phase of the reference-as-submission
+    # (census rule, clock and drift fixes, command telemetry), the timing corpus, the census's
+    # GPU test.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 300 python3 bench/reproducibility.py --profile h200 --runs 1 --grade --out "$OUT" \
+        > "$OUT/repro-h200.log" 2>&1
+    echo "one grade + 1 timing phase, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    suite timing-corpus 200 tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    suite census-gpu 30 -m gpu tests/test_census.py | tee -a "$OUT/summary.txt"
+    echo "phase done at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
+    ;;
+trust-close)
+    # Issue 13 after calls 5-6: a whole grade and two timing phases of the reference-as-submission
+    # (calibrated clock, bracketed drift, per-item gate census), then the timing corpus.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 330 python3 bench/reproducibility.py --profile h200 --runs 2 --grade --out "$OUT" \
+        > "$OUT/repro-h200.log" 2>&1
+    echo "one grade + 2 timing phases, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    suite timing-corpus 190 -v tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    grep -E "(PASSED|FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
     echo "phase done at $(elapsed)s" | tee -a "$OUT/summary.txt"
     tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
     ;;

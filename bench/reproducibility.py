@@ -162,7 +162,7 @@ def main() -> int:
             meta["grade_score"] = report.score
             meta["grade_reasons"] = list(report.reasons)
             print(f"whole grade: {meta['grade_wall_s']:.1f} s, {report.status.value}, "
-                  f"score {report.score}", flush=True)
+                  f"score {report.score} {'; '.join(report.reasons)[:600]}", flush=True)
         cache = tmp_path / "triton-cache"
         for i in range(args.runs):
             report = run_timing(ws, config, profile=args.profile, triton_cache=cache)

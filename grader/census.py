@@ -26,9 +26,13 @@ forged (its nonce does not match the commitment sent before the step), empty alt
 returned (a step that raised may have run nothing), or whose profiler was stopped, restarted or
 switched off; a step announced but never reported; an item that reported no step at all.
 
-Sizes: a tensor is activation-sized when it has at least batch·length·channels elements; below
-`MIN_ACTIVATION` elements the weights are as large as the activation and rules (b)-(d) and the
-host-copy rule stay silent (rule (a) and the kernel rules always apply).
+Sizes: a tensor is activation-sized when it has at least batch·length·channels elements. Rules
+(b)-(d) and the host-copy rule stay silent (rule (a) and the kernel rules always apply) where
+honest designs hold tensors as large as the activation: below `MIN_ACTIVATION` elements (the
+weights are as large), and below `MIN_LENGTH` positions per example (per-program partials of the
+conv taps' gradient, 3·C values for each of at least one program per example, are as large:
+the reference sums such partials with ``aten.sum``, 1152 values at B=3, L=1, C=128). Such steps
+are launch-bound; nothing done in PyTorch there makes a timed shape faster.
 """
 
 from __future__ import annotations
@@ -133,6 +137,7 @@ FUNCTION_SAFE_OPS = frozenset(
 )  # fmt: skip
 
 MIN_ACTIVATION = 256
+MIN_LENGTH = 4
 
 # GPU kernel names. Library kernels (PyTorch's, cuBLAS's, cuDNN's, CUTLASS's) are C++ names or
 # carry a vendor prefix; a Triton kernel is its Python function's plain name.
@@ -289,7 +294,8 @@ def judge_step(summary: StepSummary, dims: BlockDims | None, *, gpu: bool
         add(CENSUS_TAMPERED, f"the census found no range for step {step}")
     elif summary.marker and summary.events == 0 and not summary.raised:
         add(CENSUS_TAMPERED, f"the census recorded no events in step {step}, which returned")
-    big = dims is not None and dims.activation >= MIN_ACTIVATION
+    big = (dims is not None and dims.activation >= MIN_ACTIVATION
+           and dims.length >= MIN_LENGTH)
     gemms = 0
     # Forbidden ops by where they ran: one conv is conv1d, convolution, _convolution and a
     # backend's op nested, one finding.
@@ -409,15 +415,12 @@ class CensusLedger:
 
     open: dict[str, str] = field(default_factory=dict)
     settled_in_item: int = 0
-    # The gate's harness collects after every step, so a step still open when the next one is
-    # announced never reported; the timing harness collects once per visit (`grader.interleave`),
-    # so steps stay open until then.
-    one_at_a_time: bool = True
+    # Steps stay open until the harness collects: the gate's after each item, the timing
+    # harness's at each audit (`grader.interleave`); `close_item` then finds any left open.
 
     def announce(self, label: str, commit: str) -> list[CensusFinding]:
-        """A step is about to run. Steps still open then never reported (one at a time): that is
-        tampering; so is a label announced twice."""
-        findings = self.unsettled() if self.one_at_a_time else []
+        """A step is about to run. A label announced twice is tampering."""
+        findings: list[CensusFinding] = []
         if label in self.open:
             findings.append(CensusFinding(CENSUS_TAMPERED, f"step {label} was announced twice"))
         if not re.fullmatch(r"[0-9a-f]{64}", commit):
@@ -479,9 +482,10 @@ def ledger_for(owner: Any) -> CensusLedger:
 
 
 def judge_message(message: dict[str, Any], dims: BlockDims | None, ledger: CensusLedger, *,
-                  gpu: bool) -> list[CensusFinding]:  # fmt: skip
+                  gpu: bool, rules: bool = True) -> list[CensusFinding]:  # fmt: skip
     """One ``census`` channel message: an announcement (``label``, ``commit``) or a summary
-    (``summary``). A malformed message is tampering."""
+    (``summary``). A malformed message is tampering. ``rules`` false: a step of the harness's
+    own block (its ops are PyTorch's by design), kept in the ledger, not judged."""
     if "summary" not in message:
         label, commit = message.get("label"), message.get("commit")
         if not isinstance(label, str) or not isinstance(commit, str):
@@ -491,7 +495,7 @@ def judge_message(message: dict[str, Any], dims: BlockDims | None, ledger: Censu
         summary = StepSummary.from_json(message["summary"])
     except ValueError as exc:
         return [CensusFinding(CENSUS_TAMPERED, f"a malformed census summary: {exc}")]
-    return [*ledger.settle(summary), *judge_step(summary, dims, gpu=gpu)]
+    return [*ledger.settle(summary), *(judge_step(summary, dims, gpu=gpu) if rules else ())]
 
 
 def message_label(message: dict[str, Any]) -> str:
@@ -519,6 +523,7 @@ __all__ = [
     "HOST_COPY",
     "MLP_GEMMS",
     "MIN_ACTIVATION",
+    "MIN_LENGTH",
     "NO_TRITON_KERNEL",
     "REDUCTION_OPS",
     "TORCH_OP_ON_PATH",

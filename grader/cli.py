@@ -6,7 +6,7 @@ a plot of the per-shape speedups beside it) where asked, and exits with the
 `grader.report.ExitCode` of the outcome.
 
 ``python -m grader check …`` and ``python -m grader submit …`` are the agent's tools
-(`grader.check`, `grader.submit`), reachable here too; their arguments pass through unchanged.
+(`grader.agent.check`, `grader.agent.submit`); their arguments pass through unchanged.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade one workspace's committed tree")
     for tool in _AGENT_TOOLS:  # listed for --help; main() hands their arguments over untouched
-        sub.add_parser(tool, help=f"the agent's {tool} (python -m grader.{tool} --help)",
+        sub.add_parser(tool, help=f"the agent's {tool} (python -m grader {tool} --help)",
                        add_help=False)
     g.add_argument("path", type=Path, help="the workspace (a git repository)")
     g.add_argument("--commit", default="HEAD", help="commit to grade (default: HEAD)")
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in _AGENT_TOOLS:
         import importlib
 
-        return int(importlib.import_module(f"grader.{argv[0]}").main(argv[1:]))
+        return int(importlib.import_module(f"grader.agent.{argv[0]}").main(argv[1:]))
     args = _parser().parse_args(argv)
     from grader.grade import GradeOptions, grade
     from grader.report import ExitCode, render_table

@@ -7,10 +7,12 @@ alone) through one command at a time each, and measures every step by its own cl
 1. Both start; the baselines process allocates the slab (inputs and evidence that the submission
    process maps) and says ``ready``; the submission process warms up, arms its task limit and
    waits.
-2. **Baselines alone**: each shape's warm-up rounds of plain and the reference, then
+2. **Baselines alone**: each shape's warm-up rounds of plain and the reference, then half of
    ``alone_rounds`` timed rounds of the two, the shapes in turns, while the submission process
-   is idle (it has not imported the submission yet). If the same blocks' times move once the
-   submission is interleaved with them, the grade is void (`grader.timing`).
+   is idle (it has not imported the submission yet); the other half after the interleaved
+   rounds and the memory report, the submission's process idle again. If the same blocks'
+   times interleaved with the submission lie outside what they took alone before and after,
+   the grade is void (`grader.timing`).
 3. The submission process maps the slab, imports ``solution`` and builds a block per shape.
 4. **Interleaved**: per shape, warm-up rounds; then every shape's timed rounds, in visits of
    one cycle of the Williams orders, the shapes in turns. A round: ``fill`` (the baselines
@@ -19,10 +21,13 @@ alone) through one command at a time each, and measures every step by its own cl
    block) and ``go`` to the process that owns it, then ``check`` (the baselines process
    compares the reference's and the submission's evidence with plain's, before the submission
    runs again).
-5. After each shape's warm-up and each visit the submission process is audited (guard, timers,
+5. After the warm-ups and after each visit the submission process is audited (guard, timers,
    stream, processes) and sends the op, kernel and launch census of every step since the last
    audit, which the parent judges (`grader.census`; each step was announced with a commitment
-   to its census range before it ran); at the end it reports its GPU memory.
+   to its census range before it ran); at the end it reports its GPU memory. The baselines
+   process runs the same census and rule guard on its steps, unread, and restarts its census
+   with every audit and at the same cadence in the alone rounds: what the harness costs a step
+   is then the same for every block.
 
 Every ``go`` → ``done`` is timed by the parent (``wall_ms``): the child's CUDA-event window
 counts only where it agrees with that (`grader.timing.analyze_shape`). Every command gets a
@@ -59,6 +64,11 @@ ORDERS = williams_orders(BLOCKS)
 VISIT_ROUNDS = len(ORDERS)
 # Orders of the baselines timed alone: each first half the time.
 ALONE_ORDERS = (("plain", "ref"), ("ref", "plain"))
+# The first half of the alone rounds: the submission's process also times steps of the
+# harness's own block (plain PyTorch, "cal"), before it imports the submission: what the harness
+# costs a step in that process, around its window, measured where nothing of the submission can
+# have changed it (`grader.timing.analyze_shape`).
+CALIBRATION_ORDERS = (("plain", "ref", "cal"), ("cal", "ref", "plain"))
 # While the parent waits for an answer, the watchdog's scan of the child's processes waits this
 # long first: a step's answer must be read when it comes, not after milliseconds of /proc.
 QUIET_S = 1.0
@@ -77,8 +87,11 @@ class ShapeRaw:
         window_ms: Per block, per timed round: the child's event window (start → device idle).
         tail_ms: Per block, per round: the step returned → device idle.
         wall_ms: Per block, per round: the parent's ``go`` → ``done``.
-        alone_ms: Per baseline: event windows of its rounds timed alone (before the submission's
-            process imported anything), in the order taken.
+        alone_ms: Per baseline: event windows of its rounds timed alone (half before the
+            submission's process imported anything, half after the interleaved rounds), in the
+            order taken.
+        calibration_ms: The submission's process's steps of the harness's own block before the
+            import: each one's parent's wall less its event window.
         util: Per round, [ref row, sub row]: utilisation of [forward, grad_x, conv, fc1, fc2]
             against plain, from the baselines process.
         oracle_util: The submission's worst utilisation in the rounds held to the fp64 oracle.
@@ -88,6 +101,7 @@ class ShapeRaw:
     tail_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
     wall_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
     alone_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BASELINES})
+    calibration_ms: list[float] = field(default_factory=list)
     util: list[list[list[float]]] = field(default_factory=list)
     oracle_util: list[float] = field(default_factory=list)
 
@@ -106,6 +120,7 @@ class Interleaved:
         memory: The submission process's ``memory`` message (with how its GPU memory was read,
             ``accounting``).
         handshake_ms: Per process, the parent's round trip of an empty command (median).
+        command_s: Per process and command: [how many, the parent's seconds waiting on them].
         load_s: Seconds the submission's import took.
     """
 
@@ -118,6 +133,7 @@ class Interleaved:
     submission: ChildResult | None = None
     memory: dict[str, Any] = field(default_factory=dict)
     handshake_ms: dict[str, float] = field(default_factory=dict)
+    command_s: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     load_s: float | None = None
 
 
@@ -152,6 +168,9 @@ class _Child:
         self.pending: collections.deque[dict[str, Any]] = collections.deque()
         self.taken = 0  # messages of the process moved to `pending` so far
         self.on_census: Callable[[dict[str, Any]], None] | None = None
+        # Per command: how many were sent and the parent's seconds from sending to the answer
+        # (telemetry: where a run's wall time goes).
+        self.spent: dict[str, list[float]] = {}
         process.deadline = lambda: self.due
 
     def _wait(self, expect: str, what: str, work_s: float) -> dict[str, Any]:
@@ -223,6 +242,9 @@ class _Child:
         start = time.perf_counter()
         self.process.send(line)
         message = self._wait(expect, what, work_s)
+        count_s = self.spent.setdefault(str(command.get("cmd")), [0, 0.0])
+        count_s[0] += 1
+        count_s[1] += time.perf_counter() - start
         return message, 1e3 * (float(message.get("_received", start)) - start)
 
     def _ended(self) -> _Stop:
@@ -255,9 +277,9 @@ class _Run:
     launches: bool = True
     out_device: str = "cuda"
     steps: int = 0
-    ledger: census_rules.CensusLedger = field(
-        default_factory=lambda: census_rules.CensusLedger(one_at_a_time=False))
+    ledger: census_rules.CensusLedger = field(default_factory=census_rules.CensusLedger)
     dims: dict[str, census_rules.BlockDims] = field(default_factory=dict)
+    harness_steps: set[str] = field(default_factory=set)  # census labels of "cal" steps
     block_dims: list[census_rules.BlockDims] = field(default_factory=list)
 
     def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
@@ -268,7 +290,7 @@ class _Run:
         self.base.ask({"cmd": "fill", "shape": index, "seed": secrets.randbits(63)}, "filled",
                       f"drawing the values of {label}", work)
         for name in order:
-            child = self.sub if name == "sub" else self.base
+            child = self.sub if name in ("sub", "cal") else self.base
             # The L2 is flushed by the *other* process: every step then begins with the GPU
             # switching to its process's context, whichever block it is. (With both flushes in
             # the baselines process, the submission's steps alone paid the switch: 0.2-0.4 ms
@@ -281,6 +303,9 @@ class _Run:
             if name == "sub":
                 command["label"] = label
                 self.dims[f"step:{label}#{self.steps}"] = self.block_dims[index]
+            elif name == "cal":
+                command["label"] = f"calibration:{label}"
+                self.harness_steps.add(f"step:calibration:{label}#{self.steps}")
             message, wall = child.ask(command, "done", f"a step of {name} in {label}", work)
             if message.get("step") != self.steps:
                 # A done that answers another step (one sent early, or a stale one) is the
@@ -290,7 +315,9 @@ class _Run:
                 raise child._ended()
             if timed:
                 window, tail = _number(message, "window_ms"), _number(message, "tail_ms")
-                if alone:
+                if name == "cal":
+                    raw.calibration_ms.append(wall - window)
+                elif alone:
                     raw.alone_ms[name].append(window)
                 else:
                     raw.window_ms[name].append(window)
@@ -327,15 +354,26 @@ class _Run:
         # A step's dims are needed until its summary comes, once.
         dims = self.dims.pop(label, None) if "summary" in message else self.dims.get(label)
         found = census_rules.judge_message(message, dims, self.ledger,
-                                           gpu=self.out_device == "cuda")
+                                           gpu=self.out_device == "cuda",
+                                           rules=label not in self.harness_steps)
         if found:
             first = found[0]
             raise _Stop("rule_broken", f"{first.rule}: {first.message}")
 
-    def audit(self, label: str) -> None:
+    def collect(self, label: str) -> None:
+        """The baselines process's census restart alone (in the alone rounds: the same cadence
+        of restarts as in the interleaved ones, so its profiler's buffers are alike)."""
         self.base.ask({"cmd": "collect"}, "collected", f"the census after {label}")
+
+    def audit(self, label: str, *, steps: bool = True) -> None:
+        """Audit the submission's process (and restart both censuses); ``steps``: it ran steps
+        since the last audit, so their census must have come."""
+        # Both processes restart their profilers at once: the restart costs each of them
+        # (stopping CUPTI, building the trace), and nothing is timed meanwhile.
+        self.base.process.send(json.dumps({"cmd": "collect"}) + "\n")
         message, _ = self.sub.ask({"cmd": "audit", "label": label}, "audited",
                                   f"auditing after {label}")
+        self.base._wait("collected", f"the census after {label}", 0.0)
         steps = message.get("steps")
         if not isinstance(steps, list) or not all(
                 isinstance(st, dict) and isinstance(st.get("own"), int)
@@ -351,7 +389,7 @@ class _Run:
                 raise _Stop("rule_broken", f"no-triton-kernel: no Triton kernel defined in the "
                             f"submission was launched in {step.get('label')}")
         # Every step announced since the last audit must have brought its census by now.
-        found = self.ledger.close_item(label)
+        found = self.ledger.close_item(label) if steps else self.ledger.unsettled()
         if found:
             raise _Stop("rule_broken", f"{found[0].rule}: {found[0].message}")
 
@@ -457,6 +495,7 @@ def run_interleaved(
             child.process.send(json.dumps({"cmd": "end"}) + "\n")
         out.submission = _finish(sub.process)
         out.baselines = _finish(base.process)
+        out.command_s = {child.who: child.spent for child in (base, sub)}
     if out.status == "ok" and out.submission.outcome is not Outcome.OK:
         out.status, out.reason = "crashed", f"the timing child {out.submission.detail}"
     return out
@@ -468,6 +507,18 @@ def _finish(process: ChildProcess, grace_s: float = 10.0) -> ChildResult:
     while not process.ended and time.monotonic() < until:
         process.poll(0.05)
     return process.finish(kill=True)
+
+
+def alone_rounds(run: _Run, count: int, orders: Sequence[Sequence[str]]) -> None:
+    """``count`` timed rounds of the baselines alone (with ``orders`` in turns), the shapes in
+    turns, their census restarted at the audits' cadence."""
+    n = len(run.profile.shapes)
+    for r in range(count):
+        for index in range(n):
+            run.round(index, orders[r % len(orders)], timed=True, alone=True,
+                      label=_label(run.profile, index))
+        if (r + 1) % VISIT_ROUNDS == 0 or r + 1 == count:
+            run.collect(f"{r + 1} alone rounds")
 
 
 def _drive(run: _Run, job: dict[str, Any]) -> None:
@@ -489,14 +540,17 @@ def _drive(run: _Run, job: dict[str, Any]) -> None:
         run.progress(f"baselines alone: warming up {index + 1}/{n} {label}")
         for r in range(profile.warmup):
             run.round(index, ALONE_ORDERS[r % 2], timed=False, alone=True, label=label)
+    run.collect("the baselines' warm-ups")
     run.snapshot("baselines alone")
-    for r in range(profile.alone_rounds):
-        for index in range(n):
-            run.round(index, ALONE_ORDERS[r % 2], timed=True, alone=True,
-                      label=_label(profile, index))
-    run.progress(f"baselines alone: {profile.alone_rounds} rounds of each shape")
-
+    # The submission's process maps the slab now: its calibration steps read their inputs from
+    # it, as the submission's steps will.
     sub.ask({"cmd": "attach", "slab": ready["slab"]}, "attached", "mapping the inputs")
+    half = profile.alone_rounds // 2
+    alone_rounds(run, half, CALIBRATION_ORDERS)
+    # Their census is read before the submission exists (kept in the ledger, not judged).
+    run.audit("the calibration steps")
+    run.progress(f"baselines alone: {half} rounds of each shape")
+
     loaded, _ = sub.ask({"cmd": "load"}, "loaded", "importing solution.py")
     out.load_s = _number(loaded, "seconds")
     for index in range(n):
@@ -506,11 +560,11 @@ def _drive(run: _Run, job: dict[str, Any]) -> None:
         run.snapshot(f"before {label}")
         for r in range(profile.warmup):
             run.round(index, ORDERS[r % VISIT_ROUNDS], timed=False, alone=False, label=label)
-        run.audit(f"warm-up of {label}")
     # One untimed round each, in the visiting order: the caching allocators have then seen every
     # shape's steps after another shape's.
     for index in range(n):
         run.round(index, ORDERS[0], timed=False, alone=False, label=_label(profile, index))
+    run.audit("the warm-ups")
     visits = -(-profile.rounds // VISIT_ROUNDS)
     for visit in range(visits):
         for index in range(n):
@@ -523,6 +577,12 @@ def _drive(run: _Run, job: dict[str, Any]) -> None:
         run.progress(f"{visit + 1}/{visits} timed visits (all {n} shapes in turn)")
     memory, _ = sub.ask({"cmd": "memory"}, "memory", "reading the GPU memory")
     out.memory = memory
+    # The other half of the alone rounds: the baselines' own drift over the run is then known
+    # (`grader.timing.baseline_drift`). The submission's process is only flushing again, and is
+    # audited once more after them.
+    alone_rounds(run, half, ALONE_ORDERS)
+    run.audit("the last alone rounds", steps=False)
+    run.progress(f"baselines alone again: {half} rounds of each shape")
     sub.leftover()
     base.leftover()
 

@@ -81,6 +81,8 @@ class Script:
         read_ms: The parent's clock moves this much while a poll hands over what it read (after
             the messages were stamped).
         sub_wall_extra_ms: Added to the wall of every submission step (not to its window).
+        process_wall_extra_ms: Added to the wall of every step of the submission's process, its
+            calibration steps' too: a cost of the process, not of the submission.
         sub_util: The submission's check row: a number for all five checks, or a function of
             the index of the check (0, 1, ... over every check with the submission in it).
         oracle_checks: Indices of those checks (as for ``sub_util``) that the parent holds to
@@ -90,7 +92,9 @@ class Script:
         log: Every command sent, as (who, command), in order.
         dues: Per child, the `grader.sandbox.Deadline` texts seen while it was polled.
         silent: Per child, how it ends before it says anything (None: it starts).
-        attached: The submission process has mapped the slab (the baselines are no longer alone).
+        loaded: The submission process imported the submission (the baselines are no longer
+            alone).
+        finished: The submission process reported its memory (the baselines are alone again).
     """
 
     windows: dict[str, float] = field(default_factory=lambda: dict(WINDOWS))
@@ -98,6 +102,7 @@ class Script:
     overhead_ms: float = OVERHEAD_MS
     read_ms: float = 0.5
     sub_wall_extra_ms: float = 0.0
+    process_wall_extra_ms: float = 0.0
     sub_util: float | Callable[[int], float] = UTIL
     oracle_checks: frozenset[int] = frozenset()
     memory: dict[str, Any] = field(default_factory=lambda: {
@@ -107,7 +112,8 @@ class Script:
     log: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     dues: dict[str, list[str]] = field(default_factory=lambda: {"baselines": [],
                                                                  "submission": []})
-    attached: bool = False
+    loaded: bool = False
+    finished: bool = False
     clock: Clock = field(default_factory=Clock)
     children: dict[str, FakeChild] = field(default_factory=dict)
     sub_checks: int = 0
@@ -257,13 +263,17 @@ class FakeChild:
             return [[{"event": "flushed"}]]
         if cmd == "go":
             name = command["block"]
-            alone = not script.attached
-            window = (script.alone or script.windows)[name] if alone else script.windows[name]
+            alone = not script.loaded or script.finished
+            # A calibration step is the harness's plain block in the submission's process.
+            timed = "plain" if name == "cal" else name
+            window = (script.alone or script.windows)[timed] if alone else script.windows[timed]
             wall = window + script.overhead_ms
-            if name != "sub":
+            if name not in ("sub", "cal"):
                 return self.stamped(done(command, window), wall)
-            wall += script.sub_wall_extra_ms
-            self._launches.append(command["label"])
+            wall += script.process_wall_extra_ms + (script.sub_wall_extra_ms if name == "sub"
+                                                    else 0.0)
+            if name == "sub":
+                self._launches.append(command["label"])
             # As the real process: the step announced to the census, with the commitment to its
             # range's nonce, before it runs.
             label, nonce = f"step:{command['label']}#{command['step']}", secrets.token_hex(16)
@@ -295,9 +305,9 @@ class FakeChild:
         cmd = command["cmd"]
         if cmd == "attach":
             assert command["slab"] == {"handle": "fake"}
-            self.script.attached = True
             return [[{"event": "attached"}]]
         if cmd == "load":
+            self.script.loaded = True
             return [[{"event": "loaded", "seconds": 0.25}]]
         if cmd == "build":
             return [[{"event": "built", "index": command["shape"]}]]
@@ -312,6 +322,7 @@ class FakeChild:
             self._census = []
             return [[*summaries, {"event": "audited", "steps": steps}]]
         if cmd == "memory":
+            self.script.finished = True
             return [[{"event": "memory", **self.script.memory}]]
         return [[{"event": "failure", "kind": "harness", "reason": f"unknown command {cmd!r}"}]]
 
@@ -336,7 +347,11 @@ def install(monkeypatch: pytest.MonkeyPatch, script: Script | None = None) -> Sc
 def on(who: str, cmd: str, answer: Answer | Callable[[dict[str, Any]], Answer], *,
        nth: int = 1, **match: Any) -> Hook:
     """A hook: the ``nth`` (1-based) ``cmd`` to ``who`` whose fields match ``match`` gets
-    ``answer`` (or what ``answer(command)`` returns); everything else the default."""
+    ``answer`` (or what ``answer(command)`` returns); everything else the default. A ``go`` to
+    the submission's process means the submission's steps unless ``block`` says otherwise (its
+    calibration steps are ``cal``)."""
+    if who == "submission" and cmd == "go":
+        match.setdefault("block", "sub")
 
     def hook(w: str, command: dict[str, Any], script: Script) -> Answer:
         if w != who or command["cmd"] != cmd or any(command.get(k) != v

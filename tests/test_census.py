@@ -16,6 +16,7 @@ import pytest
 from grader.census import (
     CENSUS_TAMPERED,
     HOST_COPY,
+    MIN_LENGTH,
     NO_TRITON_KERNEL,
     TORCH_OP_ON_PATH,
     BlockDims,
@@ -100,6 +101,22 @@ def test_reductions_over_the_activation_are_found_small_ones_are_not() -> None:
     assert small == []
     tiny = BlockDims(batch=1, length=2, channels=3, expansion=2)
     assert judge_step(summary("forward:c", op("aten::sum", (1, 2, 3), ())), tiny, gpu=False) == []
+
+
+def test_tap_gradient_partials_at_a_few_positions_per_example_are_not_the_activation() -> None:
+    """The reference's backward sums per-program partials of the conv taps' gradient, (B·group,
+    3, C), inside its Function: at L=1 that is three times the activation (seen on an H200 at
+    B=3, L=1, C=128); from `MIN_LENGTH` positions on a sum over the activation's size is
+    judged, inside the Function or not."""
+    def judged(length: int, shape: tuple[int, ...]) -> set[str]:
+        dims = BlockDims(batch=3, length=length, channels=128, expansion=4)
+        step = summary("backward:c", op("aten::sum", shape, (), function="ConvNormFunction"))
+        return rules(judge_step(step, dims, gpu=False))
+
+    # (B·group, 3, C), one program per example: 3·B·C values, the activation B·L·C.
+    assert judged(1, (3, 3, 128)) == set() and judged(MIN_LENGTH - 1, (3, 3, 128)) == set()
+    assert judged(MIN_LENGTH, (3, MIN_LENGTH, 128)) == {TORCH_OP_ON_PATH}
+
 
 
 @pytest.mark.parametrize("shapes", [((2, 512), (512, 1)), ((M, C), (C, 1)), ((1, M), (M, C)),
@@ -200,9 +217,11 @@ def test_the_ledger_matches_each_summary_to_its_announcement() -> None:
     forged = summary("backward:c", marker=f"{MARKER_PREFIX}backward:c#forged")
     assert rules(ledger.settle(forged)) == {CENSUS_TAMPERED}
     assert rules(ledger.settle(good)) == {CENSUS_TAMPERED}  # never announced (again)
-    ledger.announce("forward:d", _commit("x"))
-    assert rules(ledger.announce("backward:d", _commit("y"))) == {CENSUS_TAMPERED}  # fwd unsettled
-    assert rules(ledger.unsettled()) == {CENSUS_TAMPERED}
+    # Steps stay open until the harness collects (an item's end, an audit); then both count.
+    assert ledger.announce("forward:d", _commit("x")) == []
+    assert ledger.announce("backward:d", _commit("y")) == []
+    assert rules(ledger.announce("backward:d", _commit("z"))) == {CENSUS_TAMPERED}  # twice
+    assert len(ledger.close_item("d")) == 2
     assert ledger.unsettled() == []
 
 
@@ -238,7 +257,10 @@ _CHILD = textwrap.dedent('''
     gpu = device.type == "cuda"
     census = Census(device)
     census.start()
-    (torch.ones(1 << 20, device=device) + 1).sum()  # the pools, as the harness's warm-up makes them
+    # The pools and autograd's device thread (its first backward starts it), as the harness's
+    # warm-up makes them: on an H200 a census test without the backward here saw that thread
+    # appear at its first step.
+    (torch.ones(1 << 20, device=device, requires_grad=True) + 1).sum().backward()
     threads = len(os.listdir("/proc/self/task"))
     dims = BlockDims(2, 64, 8, 2)
     ledger = CensusLedger()

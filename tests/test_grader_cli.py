@@ -45,7 +45,7 @@ def test_usage_error_exit_code() -> None:
 
 
 def test_agent_tools_are_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
-    """``python -m grader check --where`` is ``python -m grader.check --where``."""
+    """``python -m grader check --where`` runs `grader.agent.check` with ``--where``."""
     from grader.cli import main
 
     assert main(["check", "--where"]) == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.store import (
+from grader.agent.store import (
     Store,
     StoreError,
     SubmissionStatus,
@@ -173,7 +173,7 @@ def test_schema_version_mismatch_is_an_error(tmp_path: Path) -> None:
 
 
 def test_default_path_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from grader.store import default_store_path
+    from grader.agent.store import default_store_path
 
     monkeypatch.setenv("GRADER_STORE", str(tmp_path / "x.sqlite"))
     assert default_store_path() == tmp_path / "x.sqlite"

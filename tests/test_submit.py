@@ -1,4 +1,4 @@
-"""``python -m grader.submit`` on a real git workspace and a real SQLite store (no grading)."""
+"""``python -m grader submit`` on a real git workspace and a real SQLite store (no grading)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from grader_helpers import git, make_workspace
 
-from grader.store import Store
-from grader.submit import main
+from grader.agent.store import Store
+from grader.agent.submit import main
 
 
 def _submit(ws: Path, db: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -23,7 +23,7 @@ def test_same_tree_again_warns_names_the_earlier_and_still_stores(
     db = tmp_path / "store.sqlite"
     first = _submit(ws, db, capsys)
     assert "submitted #1" in first and "warning" not in first
-    assert "python -m grader.submit grade 1" in first, "a queued submission says how to grade it"
+    assert "python -m grader submit grade 1" in first, "a queued submission says how to grade it"
 
     # A new commit with the same tree (an empty commit, or a change that was never added).
     git(ws, "commit", "-q", "--allow-empty", "-m", "nothing new")

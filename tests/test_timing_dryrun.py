@@ -63,10 +63,11 @@ def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_ca
         a, b = (s.label for s in PROFILE.shapes)
         assert lines == [f"baselines alone: warming up 1/2 {a}",
                          f"baselines alone: warming up 2/2 {b}",
-                         "baselines alone: 2 rounds of each shape",
+                         "baselines alone: 1 rounds of each shape",
                          f"warming up 1/2 {a}", f"warming up 2/2 {b}",
                          "1/2 timed visits (all 2 shapes in turn)",
-                         "2/2 timed visits (all 2 shapes in turn)"], progress.getvalue()
+                         "2/2 timed visits (all 2 shapes in turn)",
+                         "baselines alone again: 1 rounds of each shape"], progress.getvalue()
 
 
 @pytest.mark.slow

@@ -45,11 +45,11 @@ def test_corpus_case(case: str, tmp_path, triton_cache) -> None:
     ws = make_workspace(tmp_path / "ws", (CORPUS / case / "solution.py").read_text())
     report = run_timing(ws, CONFIG, profile="corpus", progress=None, triton_cache=triton_cache)
     summary = f"{report.status}: {report.reason} | {report.telemetry.get('child_stderr_tail')}"
-    matching = [(s, r) for s, r in verdicts if s == report.status]
+    # Any alternative of the report's status whose reason it names.
+    matching = [(s, r) for s, r in verdicts if s == report.status and (
+        r is None or s == "ok" or r.lower() in report.reason.lower())]
     assert matching, f"expected one of {verdicts}, got {summary}"
-    status, reason = matching[0]
-    if reason is not None and status != "ok":
-        assert reason.lower() in report.reason.lower(), summary
+    status = report.status
     if status != "ok":
         assert report.score == 0.0 and report.reason
         return

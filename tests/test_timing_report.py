@@ -71,12 +71,13 @@ def test_run_timing_draws_progress_by_phase(monkeypatch, tmp_path) -> None:
     assert out.getvalue().splitlines() == [
         f"baselines alone: warming up 1/2 {a}",
         f"baselines alone: warming up 2/2 {b}",
-        "baselines alone: 4 rounds of each shape",
+        "baselines alone: 2 rounds of each shape",
         f"warming up 1/2 {a}",
         f"warming up 2/2 {b}",
         "1/3 timed visits (all 2 shapes in turn)",
         "2/3 timed visits (all 2 shapes in turn)",
         "3/3 timed visits (all 2 shapes in turn)",
+        "baselines alone again: 2 rounds of each shape",
     ]
     assert [s["label"] for s in report.telemetry["snapshots"]] == [
         "baselines alone", f"before {a}", f"before {b}", "timed visit 1/3", "timed visit 3/3"]

@@ -130,8 +130,21 @@ def test_baselines_that_move_once_the_submission_runs_void_the_grade() -> None:
     assert verdict(raw(10.2, 4.0, 4.0, alone=(10.0, 4.0))).status is TimingStatus.OK
 
 
+def test_baselines_that_drift_over_the_run_by_themselves_are_not_moved() -> None:
+    """Alone 3.6 ms before the interleaved rounds and 4.2 ms after (a 17% drift of their own, as
+    a small plain step did on an H200): 3.9 ms interleaved lies inside, 5 ms does not."""
+    r = raw(3.9, 4.0, 4.0, alone=(3.6, 4.0), noise=0.0)
+    r.alone_ms["plain"][:] = [3.6] * (ALONE // 2) + [4.2] * (ALONE // 2)
+    assert verdict(r).status is TimingStatus.OK
+    r = raw(3.9 * 1.65, 4.0, 4.0, alone=(3.6, 4.0), noise=0.0)
+    r.alone_ms["plain"][:] = [3.6] * (ALONE // 2) + [4.2] * (ALONE // 2)
+    v = verdict(r)
+    assert v.status is TimingStatus.VOID, v.timing.reason
+    assert "3.6 ms alone before and 4.2 ms after" in v.timing.reason
+
+
 def test_noisy_alone_rounds_widen_the_baselines_limit() -> None:
-    """Alone rounds whose halves differ by 4% allow a 12% move."""
+    """Alone rounds before and after 4% apart allow a 12% move beyond them."""
     r = raw(10.9, 4.0, 4.0, alone=(10.0, 4.0), noise=0.0)
     r.alone_ms["plain"][:] = [9.8] * (ALONE // 2) + [10.2] * (ALONE // 2)
     assert verdict(r).status is TimingStatus.OK

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import check, worktree
+from grader.agent import check, check_report, estimate, hints, repro, worktree
 from grader.config import ConfigError, load_config
 from grader.report import (
     CaseResult,
@@ -50,7 +50,7 @@ def _workspace(tmp: Path, solution: Path | None = None) -> Path:
 
 def test_published_g_cover_every_shape_of_their_profiles() -> None:
     for name, profile in CONFIG.timing.profiles.items():
-        published = check.load_published(name)
+        published = estimate.load_published(name)
         if name == "smoke":
             assert published is None
             continue
@@ -61,18 +61,18 @@ def test_published_g_cover_every_shape_of_their_profiles() -> None:
 
 
 def test_quick_and_full_case_selection() -> None:
-    cases, drift = check.select_cases(CONFIG, check.Mode.QUICK, gpu=False)
+    cases, drift = check.select_cases(CONFIG, check_report.Mode.QUICK, gpu=False)
     assert cases == CONFIG.smoke_cases()
     assert all(c.smoke for c in drift) and drift
-    gpu_cases, _ = check.select_cases(CONFIG, check.Mode.QUICK, gpu=True)
+    gpu_cases, _ = check.select_cases(CONFIG, check_report.Mode.QUICK, gpu=True)
     extra = [c for c in gpu_cases if not c.smoke]
     assert sorted(c.dtype for c in extra) == ["bfloat16", "float16", "float32"]
-    full, full_drift = check.select_cases(CONFIG, check.Mode.FULL, gpu=False)
+    full, full_drift = check.select_cases(CONFIG, check_report.Mode.FULL, gpu=False)
     assert full == CONFIG.correctness.cases and full_drift == CONFIG.correctness.drift.cases
-    one, none = check.select_cases(CONFIG, check.Mode.QUICK, gpu=False, names=["c5-l127-d3"])
+    one, none = check.select_cases(CONFIG, check_report.Mode.QUICK, gpu=False, names=["c5-l127-d3"])
     assert [c.name for c in one] == ["c5-l127-d3"] and none == ()
     with pytest.raises(ConfigError, match=r"no case named \['nope'\].*c1-l1"):
-        check.select_cases(CONFIG, check.Mode.QUICK, gpu=False, names=["nope"])
+        check.select_cases(CONFIG, check_report.Mode.QUICK, gpu=False, names=["nope"])
 
 
 def _timing(status: str = "ok", r: float = 2.0) -> TimingReport:
@@ -86,19 +86,19 @@ def _timing(status: str = "ok", r: float = 2.0) -> TimingReport:
 
 
 def test_estimate_uses_measured_r_and_published_g() -> None:
-    published = check.Published("l4", {s.label: 4.0 for s in CONFIG.timing.profiles["l4"].shapes},
-                                provisional=False, source="test")
-    est = check.estimate(_timing(r=2.0), published, CONFIG)
+    g = {s.label: 4.0 for s in CONFIG.timing.profiles["l4"].shapes}
+    published = estimate.Published("l4", g, provisional=False, source="test")
+    est = estimate.estimate(_timing(r=2.0), published, CONFIG)
     want = math.log(2.0) / math.log(1.1 * 4.0)
     assert est.score == pytest.approx(want)
     assert all(s.score == pytest.approx(want) and s.target == pytest.approx(4.4)
                for s in est.shapes)
     assert all(s.noise == 1.01 for s in est.shapes), "plain vs itself is reported as noise"
     # A failed timing phase estimates 0, never a number from the samples.
-    failed = check.estimate(_timing(status="check_failed"), published, CONFIG)
+    failed = estimate.estimate(_timing(status="check_failed"), published, CONFIG)
     assert failed.score == 0.0 and all(s.score == 0.0 for s in failed.shapes)
     # No published g: no estimate, and it says why.
-    none = check.estimate(_timing(), None, CONFIG)
+    none = estimate.estimate(_timing(), None, CONFIG)
     assert none.score is None and none.provisional and "no published g" in none.source
 
 
@@ -130,11 +130,11 @@ def test_failing_case_names_the_check_both_values_and_how_to_reproduce(tmp_path:
     (ws / "solution.py").write_text(text)
     report = check.run_check(ws, cases=["c5-l9-d4"], progress=None)
     assert report.status is Status.GATE_FAILED and report.exit_code == 13
-    out = check.render(report)
+    out = check_report.render(report)
     assert "FAILED  case c5-l9-d4#1301" in out
     assert "check grad_conv: error 0.01 vs budget 0.003" in out
-    assert "reproduce: python -m grader.check --repro 'c5-l9-d4#1301'" in out
-    assert "next: fix c5-l9-d4 first; rerun just it with python -m grader.check --case c5-l9-d4" in out
+    assert "reproduce: python -m grader check --repro 'c5-l9-d4#1301'" in out
+    assert "next: fix c5-l9-d4 first; rerun just it with python -m grader check --case c5-l9-d4" in out
     assert "note: 1 uncommitted change(s)" in out
 
 
@@ -166,7 +166,7 @@ def test_timing_runs_plain_in_the_reference_slot_and_estimates(
     assert seen["reference_module"] == "task.model" == check.PLAIN_AS_REFERENCE
     assert seen["gpu"] == 1  # the check's --gpu reaches the timing child
     assert est.profile == "l4" and est.provisional
-    g = check.load_published("l4").g  # type: ignore[union-attr]
+    g = estimate.load_published("l4").g  # type: ignore[union-attr]
     assert est.shapes[0].score == pytest.approx(
         CONFIG.score.shape_score(3.0, g[est.shapes[0].label]))
     assert check._timing_verdict(timing, est) == (Status.SCORED, ())
@@ -176,13 +176,13 @@ def test_timing_runs_plain_in_the_reference_slot_and_estimates(
     # The report serialises numpy values from the statistics.
     import json
 
-    report = check.CheckReport(
-        status=Status.SCORED, reasons=(), next_steps=(), mode=check.Mode.QUICK,
+    report = check_report.CheckReport(
+        status=Status.SCORED, reasons=(), next_steps=(), mode=check_report.Mode.QUICK,
         source="working tree", workspace=str(tmp_path), head=None, uncommitted=(),
         device="cuda:0", timing=timing, estimate=est)
     data = json.loads(json.dumps(report.to_dict()))
     assert data["timing"]["shapes"][0]["r"] == 3.0 and data["exit_code"] == 0
-    assert "estimated score: " in check.render(report)
+    assert "estimated score: " in check_report.render(report)
 
 
 def _crashing(tmp: Path) -> tuple[Path, int]:
@@ -207,7 +207,7 @@ def test_crash_names_the_lines_in_the_workspace_and_a_next_step(tmp_path: Path) 
     report = check.run_check(ws, cases=["c1-l1"], progress=progress)
     assert report.status is Status.CRASHED and report.exit_code == 14
     assert progress.getvalue().startswith("gate (chosen cases): 3 items of 1 case, public seeds")
-    out = check.render(report)
+    out = check_report.render(report)
     # The kernel's line (the InterpreterError's cause) is the deepest frame, under the case.
     assert f"      at solution.py:{line} in _stats: offs = start.to(tl.int64)" in out
     assert "in forward: " in out.split(f"solution.py:{line}")[0].split("FAILED")[1]
@@ -219,15 +219,15 @@ def test_crash_names_the_lines_in_the_workspace_and_a_next_step(tmp_path: Path) 
     steps = "\n".join(report.next_steps)
     assert "--case NAME" not in steps and "--case c1-l1" not in steps, steps
     assert "read above where it raised" in steps
-    assert "python -m grader.check --repro 'c1-l1#1101'" in steps
+    assert "python -m grader check --repro 'c1-l1#1101'" in steps
     assert "range() loop variable is a plain int" in steps
     # Without --case, the next step names the case to narrow to.
-    steps = check._next_steps(report.status, _result(report), None, False,
+    steps = hints._next_steps(report.status, _result(report), None, False,
                               worktree.state(ws), None, narrowed=False)  # fmt: skip
-    assert "python -m grader.check --case c1-l1 --no-time" in steps[0]
+    assert "python -m grader check --case c1-l1 --no-time" in steps[0]
 
 
-def _result(report: check.CheckReport) -> object:
+def _result(report: check_report.CheckReport) -> object:
     import types
 
     return types.SimpleNamespace(cases=report.cases, findings=report.findings, items=())
@@ -255,19 +255,19 @@ def test_repro_writes_a_script_that_runs_the_item_and_checks_it(tmp_path: Path) 
     text = (ws / "solution.py").read_text()
     (ws / "solution.py").write_text(text.replace("return dx, dw, None, None",
                                                  "return dx, dw * 1.01, None, None"))
-    script = check.write_repro(CONFIG, "c5-l9-d4#1301", ws)
+    script = repro.write_repro(CONFIG, "c5-l9-d4#1301", ws)
     run = subprocess.run([sys.executable, str(script.relative_to(ws))], cwd=ws, env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 1, (run.stdout, run.stderr)
     assert "FAIL grad_conv" in run.stdout
     # Identity and drift items, and a case name alone (its first seed).
-    assert check.find_item(CONFIG, "c1-l1#1101/identity").kind == "identity"
-    assert check.find_item(CONFIG, "drift-c9-l20-d3").kind == "drift"
-    assert check.find_item(CONFIG, "c1-l1").name == "c1-l1#1101"
+    assert repro.find_item(CONFIG, "c1-l1#1101/identity").kind == "identity"
+    assert repro.find_item(CONFIG, "drift-c9-l20-d3").kind == "drift"
+    assert repro.find_item(CONFIG, "c1-l1").name == "c1-l1#1101"
     for name in ("drift-c9-l20-d3#8401", "c16-l1024-offset#1601/identity"):
-        compile(check.write_repro(CONFIG, name, ws).read_text(), name, "exec")
+        compile(repro.write_repro(CONFIG, name, ws).read_text(), name, "exec")
     with pytest.raises(ConfigError, match="no gate item named 'c1-l1#9'"):
-        check.find_item(CONFIG, "c1-l1#9")
+        repro.find_item(CONFIG, "c1-l1#9")
     assert check.main(["--workspace", str(ws), "--repro", "nope"]) == 2
 
 
@@ -277,12 +277,13 @@ def _case(name: str, *checks: CheckResult) -> CaseResult:
                       next((f"{c.name}: {c.detail}" for c in checks if not c.passed), ""))
 
 
-def _report(**kw: object) -> check.CheckReport:
-    base = dict(status=Status.CHECKED_UNTIMED, reasons=(), next_steps=(), mode=check.Mode.QUICK,
-                source="working tree", workspace="/ws", head=None, uncommitted=(),
+def _report(**kw: object) -> check_report.CheckReport:
+    base = dict(status=Status.CHECKED_UNTIMED, reasons=(), next_steps=(),
+                mode=check_report.Mode.QUICK, source="working tree", workspace="/ws", head=None,
+                uncommitted=(),
                 device="cpu (triton interpreter)", items_total=12)  # fmt: skip
     base.update(kw)
-    return check.CheckReport(**base)  # type: ignore[arg-type]
+    return check_report.CheckReport(**base)  # type: ignore[arg-type]
 
 
 def test_rule_break_summary_passes_nothing_and_lists_every_finding() -> None:
@@ -295,21 +296,22 @@ def test_rule_break_summary_passes_nothing_and_lists_every_finding() -> None:
     report = _report(
         status=Status.RULE_BROKEN, cases=(_case("c1-l1#1101", CheckResult("forward", True)),),
         findings=findings, reasons=tuple(f"{f.rule} ({f.phase}): {f.message}" for f in findings))
-    out = check.render(report)
+    out = check_report.render(report)
     assert "gate: 0 of 12 items passed (stopped at the first rule break in c1-l1#1101)" in out
     assert all(f"  - rule-{i} (" in out for i in range(7)), out
     # A drift item's step phase names the item too.
     drift = _report(status=Status.RULE_BROKEN, cases=(_case("d#1", CheckResult("x", True)),),
                     findings=(RuleFinding("r", Severity.VIOLATION, "runtime", "m",
                                           phase="forward:d#1/step2"),), reasons=("r",))
-    assert "0 of 12 items passed (stopped at the first rule break in d#1)" in check.render(drift)
+    out = check_report.render(drift)
+    assert "0 of 12 items passed (stopped at the first rule break in d#1)" in out
 
 
 def test_forward_failure_reads_as_a_ratio_with_both_values() -> None:
     detail = ("output off by 0.0114 at (1, 1023, 4) (got 996.715, expected 996.727; allowed "
               "0.0002); 868 values over budget")
     case = _case("c16-l1024-offset#1601", CheckResult("forward", False, 56.9, 1.0, 56.9, detail))
-    out = check.render(_report(status=Status.GATE_FAILED, cases=(case,), reasons=("x",)))
+    out = check_report.render(_report(status=Status.GATE_FAILED, cases=(case,), reasons=("x",)))
     assert ("    check forward: max |err|/(atol+rtol·|ref|) = 56.9 (> 1 fails); output off by "
             "0.0114") in out
     assert "got 996.715, expected 996.727; allowed 0.0002" in out
@@ -320,7 +322,7 @@ def test_a_pass_names_the_checks_closest_to_their_budget() -> None:
     cases = tuple(_case(f"c{i}#1", CheckResult("forward", True, u, 1.0, u),
                         CheckResult("grad_x", True, u / 2, 1.0, u / 2))
                   for i, u in enumerate((0.1, 0.32, 0.05, 0.2)))  # fmt: skip
-    out = check.render(_report(cases=cases))
+    out = check_report.render(_report(cases=cases))
     assert ("closest to the budget: c1#1 forward 0.320, c3#1 forward 0.200, c0#1 forward 0.100 "
             "(a --json FILE report has every check's)") in out
 
@@ -337,12 +339,12 @@ def test_family_hints_for_failed_cases() -> None:
     cases = (_case("offset#1", bad), _case("tiny#1", bad), _case("scale#1", CheckResult("x", True)),
              _case("normal#1", bad))
     result = types.SimpleNamespace(cases=cases, items=items, findings=())
-    hints = check._hints(result)
-    assert hints == [check.FAMILY_HINTS["offset"], check.FAMILY_HINTS["tiny"],
-                     check.NON_FINITE_HINT]  # fmt: skip
-    assert "Welford/Chan" in hints[0] and "before the rsqrt" in hints[1]
-    assert "fp16" in check.FAMILY_HINTS["scale"]
-    assert set(check.FAMILY_HINTS) == {f for f in by if f != "normal"}
+    got = hints._hints(result)
+    assert got == [hints.FAMILY_HINTS["offset"], hints.FAMILY_HINTS["tiny"],
+                   hints.NON_FINITE_HINT]  # fmt: skip
+    assert "Welford/Chan" in got[0] and "before the rsqrt" in got[1]
+    assert "fp16" in hints.FAMILY_HINTS["scale"]
+    assert set(hints.FAMILY_HINTS) == {f for f in by if f != "normal"}
 
 
 def test_before_submit_advice_depends_on_the_device(tmp_path: Path) -> None:
@@ -352,12 +354,12 @@ def test_before_submit_advice_depends_on_the_device(tmp_path: Path) -> None:
 
     where = worktree.state(_workspace(tmp_path))
     result = types.SimpleNamespace(cases=(), findings=(), items=())
-    cpu = check._next_steps(Status.CHECKED_UNTIMED, result, None, False, where, None)
-    gpu = check._next_steps(Status.SCORED, result, None, True, where, None)
+    cpu = hints._next_steps(Status.CHECKED_UNTIMED, result, None, False, where, None)
+    gpu = hints._next_steps(Status.SCORED, result, None, True, where, None)
     assert "--full is slow here" in cpu[-1] and "the GPU grade runs every case" in cpu[-1]
     assert not any("before you submit" in s for s in cpu)
-    assert gpu[-1] == ("run python -m grader.check --full before you submit, then "
-                       "python -m grader.submit --wait")
+    assert gpu[-1] == ("run python -m grader check --full before you submit, then "
+                       "python -m grader submit --wait")
 
 
 def test_workspace_readme_lists_every_exit_code_and_the_interpreter_tips() -> None:

@@ -83,16 +83,16 @@ def _says_next(output: str) -> None:
 def _agent_flow(tmp_path: Path, *, gpu: bool) -> None:
     agent = _start(tmp_path)
     readme = (agent.ws / "README.md").read_text()
-    for command in ("python -m grader.check", "python -m grader.submit --wait",
-                    "python -m grader.submit list", "python -m grader.submit show ID",
+    for command in ("python -m grader check", "python -m grader submit --wait",
+                    "python -m grader submit list", "python -m grader submit show ID",
                     "git add -A && git commit"):
         assert command in readme, f"README.md does not say {command!r}"
 
-    where = agent.py("-m", "grader.check", "--where")
+    where = agent.py("-m", "grader", "check", "--where")
     assert where.returncode == 0 and str(tmp_path / "kit" / "PROMPT.md") in where.stdout
 
     # 1. The plain block as given: the check fails and says which rule and what to do.
-    first = agent.py("-m", "grader.check", "--json", "scratch/check-plain.json")
+    first = agent.py("-m", "grader", "check", "--json", "scratch/check-plain.json")
     assert first.returncode == 12, first.stdout + first.stderr
     assert "RULE BROKEN  torch-op-on-path" in first.stdout
     assert "aten.convolution" in first.stdout
@@ -106,7 +106,7 @@ def _agent_flow(tmp_path: Path, *, gpu: bool) -> None:
 
     # 2. Kernels written (the naive Triton solution): the check passes the gate.
     shutil.copy(NAIVE, agent.ws / "solution.py")
-    second = agent.py("-m", "grader.check", "--json", "scratch/check-naive.json")
+    second = agent.py("-m", "grader", "check", "--json", "scratch/check-naive.json")
     out = second.stdout
     report = json.loads((agent.ws / "scratch" / "check-naive.json").read_text())
     assert report["items_total"] == len(report["cases"]) and all(
@@ -119,7 +119,7 @@ def _agent_flow(tmp_path: Path, *, gpu: bool) -> None:
         assert report["status"] == "scored" and report["timing"]["status"] == "ok"
         assert report["estimate"]["score"] is not None
         assert "estimated score:" in out
-        assert "next: run python -m grader.check --full before you submit" in out
+        assert "next: run python -m grader check --full before you submit" in out
     else:
         assert second.returncode == 3, out + second.stderr
         assert report["status"] == "checked_untimed"
@@ -128,7 +128,7 @@ def _agent_flow(tmp_path: Path, *, gpu: bool) -> None:
         assert "--full is slow here" in out and "--full before you submit" not in out
 
     # 3. Submitting before committing is refused, with the way out.
-    refused = agent.py("-m", "grader.submit")
+    refused = agent.py("-m", "grader", "submit")
     assert refused.returncode == 2
     assert "refusing to submit" in refused.stderr and "git add -A && git commit" in refused.stderr
 
@@ -136,18 +136,18 @@ def _agent_flow(tmp_path: Path, *, gpu: bool) -> None:
     agent.git("add", "-A")
     agent.git("commit", "--quiet", "-m", "naive Triton conv + norm")
     head = agent.git("rev-parse", "HEAD").strip()
-    sent = agent.py("-m", "grader.submit", "--wait", "--note", "naive")
+    sent = agent.py("-m", "grader", "submit", "--wait", "--note", "naive")
     assert f"submitted #1: commit {head[:12]}" in sent.stdout, sent.stdout + sent.stderr
     assert "submission #1: graded" in sent.stdout
     _says_next(sent.stdout)
     assert sent.returncode == (0 if gpu else 3), sent.stdout + sent.stderr
 
-    listed = agent.py("-m", "grader.submit", "list")
+    listed = agent.py("-m", "grader", "submit", "list")
     assert listed.returncode == 0
     row = next(line for line in listed.stdout.splitlines() if line.strip().startswith("1 "))
     assert head[:12] in row and "graded" in row and "naive" in row
 
-    shown = agent.py("-m", "grader.submit", "show", "1", "--json", "scratch/report.json")
+    shown = agent.py("-m", "grader", "submit", "show", "1", "--json", "scratch/report.json")
     assert shown.returncode == 0 and f"commit {head}" in shown.stdout
     stored = json.loads((agent.ws / "scratch" / "report.json").read_text())
     assert stored["submission"]["commit"] == head
@@ -173,8 +173,8 @@ def _operator_store_grade(tmp_path: Path) -> tuple[subprocess.CompletedProcess[s
     shutil.copy(NAIVE, agent.ws / "solution.py")
     agent.git("commit", "--quiet", "-am", "naive")
     head = agent.git("rev-parse", "HEAD").strip()
-    sent = agent.py("-m", "grader.submit", "--wait")
-    shown = agent.py("-m", "grader.submit", "show", "1", "--json", str(tmp_path / "r.json"))
+    sent = agent.py("-m", "grader", "submit", "--wait")
+    shown = agent.py("-m", "grader", "submit", "show", "1", "--json", str(tmp_path / "r.json"))
     assert shown.returncode == 0, shown.stderr
     stored = json.loads((tmp_path / "r.json").read_text())
     assert stored["kind"] == "grade"

@@ -44,8 +44,9 @@ def test_reference_is_not_importable_in_the_agent_env(built: Path) -> None:
     # import, the reference does not.
     code = (
         f"import sys; sys.path.insert(0, {str(kit)!r}); "
-        "import grader.check, grader.submit, grader.grade, grader.gate, grader.timing, task.model; "
-        "print('tools ok', grader.check.__file__, flush=True); import reference"
+        "import grader.cli, grader.agent.check, grader.agent.submit, grader.grade, grader.gate, "
+        "grader.timing, task.model; "
+        "print('tools ok', grader.agent.check.__file__, flush=True); import reference"
     )
     proc = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                           cwd=built / "workspace", timeout=120)
@@ -114,7 +115,7 @@ def test_agent_can_commit_without_any_git_identity(tmp_path: Path) -> None:
 
 
 def test_env_sh_points_the_tools_at_the_kit(built: Path) -> None:
-    script = f". {built / 'env.sh'} && cd {built / 'workspace'} && {sys.executable} -m grader.check --where"
+    script = f". {built / 'env.sh'} && cd {built / 'workspace'} && {sys.executable} -m grader check --where"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_STORE")}
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
                          check=True, timeout=120).stdout

@@ -15,7 +15,7 @@ Where to work:
 Keep the class name, the constructor signature and the state-dict keys (``conv.weight``,
 ``fc1.weight``, ``fc2.weight``) exactly as they are. You may split the code into more modules in
 this workspace; the grader imports ``solution`` from the workspace root. Check with
-``python -m grader.check`` (README.md).
+``python -m grader check`` (README.md).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ submission can borrow its kernels or slow its steps from inside. It:
   (the submission process flushes before the baselines' steps: every step starts with a switch
   of the GPU's context, see `grader.interleave`);
 - on ``go`` times one step of plain or the reference with `grader.child.steps.run_step`, exactly
-  as the submission process times the submission's;
+  as the submission process times the submission's, on the slab's values as it does;
 - on ``check`` compares the reference's and the submission's evidence of the round (the latter
   read from the slab, before the submission runs again) with plain's, or, in rounds the parent
   samples after the steps ran, with the fp64 oracle at the gate's budgets; and says whether the
@@ -61,6 +61,7 @@ from grader.child.steps import (  # noqa: E402
     share_slab,
     slab_bytes,
     start,
+    watched,
 )
 from task.model import DilatedResidualBlock as PlainBlock  # noqa: E402
 from task.oracle import oracle_step  # noqa: E402
@@ -143,6 +144,14 @@ def main() -> int:
     shapes = [Shape(job, spec, slab, ref_cls, device) for spec in job["shapes"]]
     timer = Timer(torch, timers) if device == "cuda" else HostTimer(torch, timers)
     flush_buf = flush_buffer(torch, device)
+    # The submission's process runs its steps under the rule guard; so does this one (its
+    # findings unread), so what the guard's hooks cost a step is the same for every block. On an
+    # H200 without it the submission's steps cost 0.2-0.3 ms more around their windows than
+    # the reference's, the same code (bench/results/trust-h200-2026-12-01).
+    import grader.child_rules as rules
+
+    guard = rules.Guard(Path.cwd(), ())
+    guard.install()
     channel.send("ready", device=device_facts(torch), pid=os.getpid(),
                  slab=share_slab(torch, slab, job.get("slab_path")))
     budgets = job["budgets"]
@@ -158,10 +167,16 @@ def main() -> int:
             channel.send("flushed")
         elif cmd == "go":
             st, name = shapes[command["shape"]], command["block"]
+            record = rules.PhaseRecord(f"{name}#{command['step']}")
             mark = census.mark(f"step:{name}#{command['step']}")
             channel.send("census", label=mark.label, commit=mark.commit)
-            step = run_step(torch, timer, st.blocks[name], st.params[name], st.inputs,
-                            st.evidence[name], around=lambda mark=mark: mark)
+            # The round's values as the submission's step reads them: from the slab (the same
+            # memory for all three blocks; on an H200 the reference as the submission, reading
+            # the slab while the reference read private copies, was 1.5-2% slower in fp32).
+            step = run_step(torch, timer, st.blocks[name], st.params[name], st.shared,
+                            st.evidence[name],
+                            around=lambda record=record, mark=mark: watched(guard, record, mark))
+            guard.findings.clear()  # unread here; kept from growing
             channel.send("done", step=command["step"], window_ms=step.window_ms,
                          tail_ms=step.tail_ms)
         elif cmd == "check":
@@ -169,7 +184,8 @@ def main() -> int:
             channel.send("checked", **st.check(budgets[st.spec["dtype"]], bool(command["sub"]),
                                                bool(command.get("oracle"))))
         elif cmd == "collect":
-            census.collect()  # at the submission process's audits: the same restarts here
+            # At the submission process's audits: the same restarts here, the events unread.
+            census.collect(read=False)
             channel.send("collected")
         elif cmd == "ping":
             channel.send("pong")

@@ -15,13 +15,14 @@ Use (one per process, started before any submission code is imported)::
     mark = census.mark("forward:case")  # a fresh nonce; send mark.commit to the parent first
     with mark:                          # the step's range: 'grader.step:<label>#<nonce>'
         out = block(x)
-    for summary in census.collect():    # right after every step: stop, read, restart
+    for summary in census.collect():    # at fixed points (an item's end): stop, read, restart
         send(summary.to_json())
 
 Always on: the profiler runs from `Census.start` on, through the warm-up, the import and every
-step, and `Census.collect` stops and restarts it at the same point after every step, so nothing
-the submission can observe tells one step from another (the kineto profiler hands out its events
-only when stopped; a stop at fixed points is the price).
+step, and `Census.collect` stops and restarts it at the same fixed points (the gate: after every
+item; timing: at every audit, in both processes), so nothing the submission can observe tells one
+step from another (the kineto profiler hands out its events only when stopped; a stop at fixed
+points is the price).
 
 Tamper evidence, not tamper proof (the submission shares this process): the census reports in
 `StepSummary.tampered` a profiler found stopped or restarted, a step's range missing or repeated,
@@ -393,13 +394,15 @@ class Census:
         """A new marked step for ``label`` (enter it around the step's code; see `Marker`)."""
         return Marker(self, label)
 
-    def collect(self) -> list[StepSummary]:
+    def collect(self, read: bool = True) -> list[StepSummary]:
         """The summaries of the steps marked since the last call, in order.
 
-        Call it at the same point after every step (the harness: right after each forward and
-        each backward), so every step sees the profiler stopped and restarted alike. It
+        Call it at the same fixed points for every step (the gate: after each item; timing: at
+        each audit), so every step sees the profiler stopped and restarted alike. It
         synchronizes the GPU first (the step's kernels are then recorded), stops the profiler,
         restarts it and reads the events; it never raises for what it finds (that is reported).
+        With ``read`` false (a census kept only for what it costs the steps) the events are
+        dropped unread and nothing is returned.
         """
         pending, self._pending = self._pending, []
         raised, self._raised = self._raised, set()
@@ -431,6 +434,8 @@ class Census:
             self._enable()
         except Exception as exc:  # noqa: BLE001
             notes.append(f"the census's profiler could not be restarted: {exc}")
+        if not read:
+            return []
         try:
             events = _read_events(result) if result is not None else []
             return [self._summarize(label, label in raised, events, notes) for label in pending]

@@ -369,6 +369,21 @@ def run_step(torch: Any, timer: Timer | HostTimer, block: Any, params: Sequence[
     return step
 
 
+@contextlib.contextmanager
+def watched(guard: Any, record: Any, mark: Any) -> Iterator[None]:
+    """The window of a step as both timing processes run it: the rule guard records its Triton
+    launches into ``record`` and the census's range ``mark`` is open. The baselines process runs
+    its steps under a guard and a census of its own too, unread: what the harness costs a step in
+    Python (the import hook, the audit hook, Triton's launch wrappers, the profiler) is then the
+    same for every block, inside the window and around it."""
+    guard._record = record
+    try:
+        with mark:
+            yield
+    finally:
+        guard._record = None
+
+
 def init_bounds(channels: int, expansion: int) -> list[float]:
     """nn.Conv1d's and nn.Linear's default init bounds, 1/sqrt(fan_in), in `PARAM_KEYS` order."""
     return [1.0 / 3**0.5, 1.0 / channels ** 0.5, 1.0 / (expansion * channels) ** 0.5]

@@ -15,7 +15,9 @@ Order of events:
    autograd.Function, low-precision matmuls), so those threads are not the submission's; the
    grader's, the task's and the reference's modules leave ``sys.modules``; the rule guard
    (`grader.child_rules.Guard`) is installed and takes its baselines; the task limit is armed.
-3. Commands, one at a time: ``attach`` maps the baselines process's slab; ``load`` imports
+3. Commands, one at a time: ``attach`` maps the baselines process's slab; ``go`` with block
+   ``cal``, only until the import, runs a step of the harness's own plain block (built in 2.,
+   before the guard's baselines): what the harness costs a step in this process; ``load`` imports
    ``solution``; ``build`` constructs the block of a shape; ``go`` runs one step with
    `grader.child.steps.run_step` (the same code as the baselines' steps), with the op and
    kernel census below Python dispatch (`grader.child.census`: the profiler, always on) and the
@@ -68,6 +70,7 @@ from grader.child.steps import (  # noqa: E402
     run_step,
     shape_regions,
     start,
+    watched,
 )
 
 
@@ -96,7 +99,8 @@ class Sensor:
     """The submission's steps and the facts around them; nothing here is a verdict."""
 
     def __init__(self, job: dict[str, Any], channel: ChannelWriter, guard: Any,
-                 timers: TimerGuard, rules: Any, census: Census) -> None:
+                 timers: TimerGuard, rules: Any, census: Census,
+                 harness: dict[int, tuple[Any, list[Any]]]) -> None:
         self.job = job
         self.census = census
         self.channel = channel
@@ -111,6 +115,9 @@ class Sensor:
         self.sub_cls: Any = None
         self.blocks: dict[int, Any] = {}
         self.params: dict[int, list[Any]] = {}
+        # The harness's own block per shape (plain PyTorch) and its parameters, for the
+        # calibration steps that run before the import.
+        self.harness = harness
         self.views: dict[int, dict[str, Any]] = {}
         self.param_bytes = 0
         self.base_allocated = _allocated()
@@ -150,25 +157,24 @@ class Sensor:
         self.param_bytes += sum(p.numel() * p.element_size() for p in block.parameters())
         self.channel.send("built", index=index)
 
-    def go(self, index: int, label: str, number: int) -> None:
+    def go(self, index: int, label: str, number: int, calibration: bool = False) -> None:
+        """One step: the submission's block, or (``calibration``, only before the import) the
+        harness's own, through exactly the same code."""
+        if calibration:
+            if self.sub_cls is not None or index not in self.harness:
+                raise CheckFailure("a calibration step was asked for after the import")
+            block, params = self.harness[index]
+        else:
+            block, params = self.blocks[index], self.params[index]
         record = self.rules.PhaseRecord(label)
         # The op and kernel census records every step alike (grader/child/census.py): announced
         # with the commitment to its range's nonce before it runs, read at the next audit.
         mark = self.census.mark(f"step:{label}#{number}")
         self.channel.send("census", label=mark.label, commit=mark.commit)
-
-        @contextlib.contextmanager
-        def census() -> Any:
-            self.guard._record = record
-            try:
-                with mark:
-                    yield
-            finally:
-                self.guard._record = None
-
-        step = run_step(torch, self.timer, self.blocks[index], self.params[index],
-                        self.views[index], self.views[index], around=census)
-        self.launches.append((label, [(k.name, k.file) for k in record.launches]))
+        step = run_step(torch, self.timer, block, params, self.views[index], self.views[index],
+                        around=lambda: watched(self.guard, record, mark))
+        if not calibration:
+            self.launches.append((label, [(k.name, k.file) for k in record.launches]))
         self.channel.send("done", step=number, window_ms=step.window_ms, tail_ms=step.tail_ms)
 
     def audit(self, label: str) -> None:
@@ -229,13 +235,21 @@ def main() -> int:
     census.start()
     _warm_up(device)
     import grader.child_rules as rules
+    from task.model import DilatedResidualBlock as HarnessBlock
 
+    # The harness's own block per shape, for the calibration steps, built before the guard
+    # takes its baselines (their default init draws from the global generator).
+    harness = {}
+    for index, spec in enumerate(job["shapes"]):
+        block = HarnessBlock(dilation=spec["dilation"], **job["block"]).to(
+            device=device, dtype=getattr(torch, spec["dtype"]))
+        harness[index] = (block, block_params(block, "the harness"))
     _hide_modules(("reference", "grader", "task"))
     guard = rules.Guard(Path.cwd(), (REPO / "grader", REPO / "reference"),
                         on_finding=lambda f: channel.send("finding", rule=f.rule, phase=f.phase,
                                                           message=f.message))
     guard.install()
-    sensor = Sensor(job, channel, guard, timers, rules, census)
+    sensor = Sensor(job, channel, guard, timers, rules, census, harness)
     # From here on the parent's task limit counts what the submission adds, nothing before.
     channel.arm()
     try:
@@ -255,7 +269,8 @@ def main() -> int:
             elif cmd == "build":
                 sensor.build(int(command["shape"]))
             elif cmd == "go":
-                sensor.go(int(command["shape"]), str(command["label"]), int(command["step"]))
+                sensor.go(int(command["shape"]), str(command["label"]), int(command["step"]),
+                          calibration=command.get("block") == "cal")
             elif cmd == "audit":
                 sensor.audit(str(command["label"]))
             elif cmd == "memory":

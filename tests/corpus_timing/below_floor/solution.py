@@ -6,9 +6,10 @@ that runs at the end of backward, so the window covers only the last few microse
 are reached through a traceback (``exc.__traceback__.tb_frame``), not ``sys._getframe``, so the
 rule guard's introspection events do not see it (CPython raises only ``object.__getattr__`` for
 ``tb_frame``). The reported time is then below what moving the step's bytes at peak bandwidth
-takes: the parent's bandwidth floor rejects it. A guard that also watches ``tb_frame`` access
-catches it earlier, as introspection; either verdict is a catch.
-Expected: implausible (physically possible) or rule_broken (introspection)
+takes: the parent's bandwidth floor rejects it, and before that its own clock (the window is
+shorter than the step's go → done allows). A guard that also watches ``tb_frame`` access
+catches it earlier, as introspection; each verdict is a catch.
+Expected: implausible (parent's clock allows) or implausible (physically possible) or rule_broken (introspection)
 """
 
 import torch

@@ -2,16 +2,16 @@
 
 Run from the workspace::
 
-    python -m grader.submit [--wait] [--allow-dirty] [--note TEXT]   # send HEAD
-    python -m grader.submit list                                     # every submission
-    python -m grader.submit show ID [--json FILE]                    # one, with its report
-    python -m grader.submit grade [ID]                               # local worker
+    python -m grader submit [--wait] [--allow-dirty] [--note TEXT]   # send HEAD
+    python -m grader submit list                                     # every submission
+    python -m grader submit show ID [--json FILE]                    # one, with its report
+    python -m grader submit grade [ID]                               # local worker
 
 A submission is the tree of HEAD, never the working copy: ``submit`` refuses while there are
 uncommitted changes (``--allow-dirty`` sends HEAD anyway and says what was left out). The tree is
 exported with the grader's own export (`grader.workspace`: same limits, no filters or hooks),
-archived deterministically and stored with its commit and tree ids (`grader.store`). A tree that
-was submitted before is stored again, with a warning naming the earlier submissions and their
+archived deterministically and stored with its commit and tree ids (`grader.agent.store`). A tree
+that was submitted before is stored again, with a warning naming the earlier submissions and their
 status.
 
 Until the operator's grading service is connected, the store is a local SQLite file and
@@ -19,7 +19,7 @@ Until the operator's grading service is connected, the store is a local SQLite f
 tree id must equal the stored one, and the grader's ``grade`` pipeline runs on it with a fresh
 secret seed. Where the reference is not installed (the agent's own environment) the same gate runs
 on every case with a secret seed, timing runs against plain PyTorch, and the score is an estimate
-from the reference's published speedups (`grader.check`); the report says so.
+from the reference's published speedups (`grader.agent.check`); the report says so.
 """
 
 from __future__ import annotations
@@ -36,10 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import worktree
-from grader.config import ConfigError, load_config
-from grader.report import ExitCode
-from grader.store import (
+from grader.agent import worktree
+from grader.agent.store import (
     Store,
     StoreError,
     SubmissionRecord,
@@ -48,6 +46,8 @@ from grader.store import (
     extract_archive,
     make_archive,
 )
+from grader.config import ConfigError, load_config
+from grader.report import ExitCode
 from grader.workspace import SubmissionError, export_submission
 
 # Exit statuses of submit itself (grading exits with the report's `grader.report.ExitCode`).
@@ -118,7 +118,7 @@ def submit(
             f"{listed}{more}\n"
             f"A submission is the committed HEAD ({where.head[:12]}); these changes would not be "
             "in it.\nCommit them (git add -A && git commit -m '...') and submit again, or run "
-            "python -m grader.submit --allow-dirty to send HEAD without them."
+            "python -m grader submit --allow-dirty to send HEAD without them."
         )
     config = load_config()
     with tempfile.TemporaryDirectory(prefix="submit-") as tmp:
@@ -219,10 +219,11 @@ def _grade_estimate(
     repo: Path, record: SubmissionRecord, progress: bool
 ) -> tuple[dict, str, str, float | None, int]:
     """Without the reference: the full gate with a secret seed, timing against plain PyTorch,
-    and the score estimated from published g (`grader.check`)."""
+    and the score estimated from published g (`grader.agent.check`)."""
     import torch
 
-    from grader.check import Mode, render, run_check
+    from grader.agent.check import run_check
+    from grader.agent.check_report import Mode, render
 
     secret = int.from_bytes(os.urandom(8), "little") >> 1
     # As `grader.grade` does: every case on a GPU, the smoke cases through the interpreter.
@@ -237,7 +238,7 @@ def _grade_estimate(
     if mode is Mode.QUICK:
         not_checked.insert(0, "correctness on the cases not marked smoke: a CPU run checks the "
                            "smoke cases only")
-    steps = ["submit improvements as often as you like: python -m grader.submit list shows "
+    steps = ["submit improvements as often as you like: python -m grader submit list shows "
              "the best, which is what counts"]
     if report.status.passed and mode is Mode.QUICK:
         steps.insert(0, "on the GPU this grade runs every case and times your block")
@@ -272,7 +273,7 @@ def _score(record: SubmissionRecord) -> str:
 def render_list(records: Sequence[SubmissionRecord], best: SubmissionRecord | None) -> str:
     """One line per submission, oldest first, then the best."""
     if not records:
-        return "no submissions yet: commit, then python -m grader.submit --wait"
+        return "no submissions yet: commit, then python -m grader submit --wait"
     lines = [f"{'id':>4}  {'submitted (UTC)':<25} {'commit':<12} {'status':<8} "
              f"{'result':<16} {'score':<14} note"]  # fmt: skip
     for r in records:
@@ -298,7 +299,7 @@ def render_same_tree(record: SubmissionRecord, earlier: Sequence[SubmissionRecor
     return (
         f"warning: #{record.id} has the same tree {record.tree[:12]} as {named}{more}: stored "
         f"anyway, but it is the same content (to submit a change, commit it first; python -m "
-        f"grader.submit show {earlier[-1].id} shows #{earlier[-1].id})"
+        f"grader submit show {earlier[-1].id} shows #{earlier[-1].id})"
     )
 
 
@@ -316,13 +317,13 @@ def render_record(record: SubmissionRecord, store: Store) -> str:
         lines.append(f"  note: {record.note}")
     if record.status is SubmissionStatus.ERROR:
         lines.append(f"  grading failed: {record.error}")
-        lines.append(f"next: python -m grader.submit grade {record.id} grades it again")
+        lines.append(f"next: python -m grader submit grade {record.id} grades it again")
     raw = store.report_json(record.id)
     if raw:
         lines.append("")
         lines.append(json.loads(raw).get("report_text", ""))
     elif record.status is SubmissionStatus.QUEUED:
-        lines.append(f"next: python -m grader.submit grade {record.id} grades it here")
+        lines.append(f"next: python -m grader submit grade {record.id} grades it here")
     return "\n".join(lines)
 
 
@@ -331,7 +332,7 @@ def _parser() -> argparse.ArgumentParser:
     store_opt.add_argument("--store", default=argparse.SUPPRESS, metavar="FILE",
                            help="the SQLite store (default: $GRADER_STORE or ~/.local/share/...)")
     p = argparse.ArgumentParser(
-        prog="python -m grader.submit",
+        prog="python -m grader submit",
         description="Submit your workspace's committed HEAD for grading, or look at submissions.",
         parents=[store_opt],
     )
@@ -363,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _dispatch(args, store)
         except UnknownSubmission as exc:
-            print(f"submit: {exc}; python -m grader.submit list shows them", file=sys.stderr)
+            print(f"submit: {exc}; python -m grader submit list shows them", file=sys.stderr)
             return EXIT_REFUSED
         except (StoreError, ConfigError) as exc:
             print(f"submit: {exc}", file=sys.stderr)
@@ -413,8 +414,8 @@ def _dispatch(args: argparse.Namespace, store: Store) -> int:
     if earlier:
         print(render_same_tree(record, earlier))
     if not args.wait:
-        print(f"queued. next: python -m grader.submit grade {record.id} grades it here (or "
-              f"submit with --wait); python -m grader.submit show {record.id} shows its report")
+        print(f"queued. next: python -m grader submit grade {record.id} grades it here (or "
+              f"submit with --wait); python -m grader submit show {record.id} shows its report")
         return EXIT_OK
     print(f"grading #{record.id} (this takes a while; progress on stderr)...", flush=True)
     return _grade_command(store, record.id, progress=not args.quiet)
@@ -427,7 +428,7 @@ def _grade_command(store: Store, submission_id: int | None, *, progress: bool) -
             store.requeue(submission_id)
         elif record.status is not SubmissionStatus.QUEUED:
             print(f"submission {submission_id} is already {record.status.value}; "
-                  f"python -m grader.submit show {submission_id} shows it")
+                  f"python -m grader submit show {submission_id} shows it")
             return EXIT_OK if record.status is SubmissionStatus.GRADED else EXIT_REFUSED
     code = EXIT_OK
     graded_any = False
@@ -438,7 +439,7 @@ def _grade_command(store: Store, submission_id: int | None, *, progress: bool) -
         graded_any = True
         print(render_record(graded.record, store) if graded.record.status is
               SubmissionStatus.GRADED else graded.text)  # fmt: skip
-        print(f"next: python -m grader.submit list shows every submission; best = "
+        print(f"next: python -m grader submit list shows every submission; best = "
               f"{_best_line(store)}")
         code = graded.exit_code
         if submission_id is not None:

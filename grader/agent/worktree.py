@@ -1,7 +1,7 @@
 """The agent's workspace as git sees it: its root, HEAD, uncommitted changes, a snapshot commit.
 
-Used by the agent's own tools (`grader.check`, `grader.submit`), which run with the workspace as
-the working directory. Git runs with the same hardening as the grader's export
+Used by the agent's own tools (`grader.agent.check`, `grader.agent.submit`), which run with the
+workspace as the working directory. Git runs with the same hardening as the grader's export
 (`grader.workspace`): no hooks, no fsmonitor, no pager, no system config.
 """
 
