@@ -6,11 +6,14 @@ writes::
 
     DEST/kit/          the grader's public part: task/ (frozen block, inputs, oracle, PROMPT.md),
                        grader/ (gate, sandbox, timing, published speedups; the agent's check
-                       and submit in grader/agent/),
+                       and submit in grader/agent/, the store and the service's client they use
+                       in grader/service/),
                        scoring.yaml, PROMPT.md (a copy at the top, for finding it)
     DEST/workspace/    a git repository: the template's solution.py, README.md, .gitignore,
                        one commit ("start"), user.name/user.email "agent" in its .git/config
-    DEST/env.sh        source it: TASK_KIT, PYTHONPATH (the kit) and GRADER_STORE
+    DEST/env.sh        source it: TASK_KIT, PYTHONPATH (the kit) and GRADER_STORE (DEST/store,
+                       the local store; the operator sets GRADER_URL and GRADER_TOKEN instead
+                       when a grading service takes the submissions)
     DEST/MANIFEST.json every file shipped, with its sha256, and what was left out and why
 
 The reference (``reference/``: kernels and plan tables) is never copied: the agent's tools need
@@ -42,7 +45,8 @@ KIT_DIRS: dict[str, tuple[str, ...]] = {
     "task": ("*.py", "PROMPT.md"),
     "grader": ("*.py", "*.json"),
     "grader/child": ("*.py",),  # what runs next to the submission (channel, census...)
-    "grader/agent": ("*.py",),  # the agent's tools: check, submit, their store
+    "grader/agent": ("*.py",),  # the agent's tools: check, submit
+    "grader/service": ("*.py",),  # what submit uses: the store, archives, the service's client
 }
 KIT_FILES = ("scoring.yaml",)
 # The files of the template that make the workspace.
@@ -70,7 +74,7 @@ ENV_SH = """\
 _here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"
 export TASK_KIT="$_here/kit"
 export PYTHONPATH="$TASK_KIT${PYTHONPATH:+:$PYTHONPATH}"
-export GRADER_STORE="${GRADER_STORE:-$_here/submissions.sqlite}"
+export GRADER_STORE="${GRADER_STORE:-$_here/store}"
 unset _here
 """
 

@@ -39,8 +39,12 @@ from timing_workspace import REFERENCE_SOLUTION, make_workspace  # noqa: E402
 from grader import stats, telemetry  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from grader.plot import MISSING_MATPLOTLIB, plot_speedups  # noqa: E402
-from grader.report import TimingReport, _to_jsonable  # noqa: E402
-from grader.timing import render_table, run_timing  # noqa: E402
+from grader.report import (  # noqa: E402
+    TimingReport,
+    _to_jsonable,
+    render_timing,  # noqa: E402
+)
+from grader.timing import run_timing  # noqa: E402
 
 
 def expected_score(report: TimingReport, config) -> float:
@@ -175,10 +179,10 @@ def main() -> int:
     gpu = (device.name or "nogpu").replace("NVIDIA ", "").replace(" ", "-")
     stem = args.out / f"reproducibility-{gpu}-{args.profile}-{meta['date'][:10]}"
     if runs:
-        (args.out / f"{stem.name}-table.txt").write_text(render_table(runs[-1]) + "\n")
+        (args.out / f"{stem.name}-table.txt").write_text(render_timing(runs[-1]) + "\n")
         if plot_speedups(runs[-1], args.out / f"{stem.name}.png", config.score) is None:
             print(MISSING_MATPLOTLIB)
-        print(render_table(runs[-1]))
+        print(render_timing(runs[-1]))
     print(markdown(summary, meta))
     return 0 if summary.get("ok_runs") == len(runs) and not math.isnan(
         summary.get("score_range", math.nan)) else 1

@@ -6,7 +6,8 @@ a plot of the per-shape speedups beside it) where asked, and exits with the
 `grader.report.ExitCode` of the outcome.
 
 ``python -m grader check …`` and ``python -m grader submit …`` are the agent's tools
-(`grader.agent.check`, `grader.agent.submit`); their arguments pass through unchanged.
+(`grader.agent.check`, `grader.agent.submit`); ``serve``, ``worker`` and ``run`` are the
+operator's service (`grader.service.cli`). Their arguments pass through unchanged.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--config", type=Path, default=DEFAULT_PATH, help="scoring.yaml to use")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.add_argument("--keep", action="store_true", help="keep the private grading directory")
+    g.add_argument("--final", action="store_true",
+                   help="a final regrade: the profile's final_rounds timed rounds")
+    for verb, text in (("serve", "the operator's HTTP API"), ("worker", "a grading worker"),
+                       ("run", "create, inspect and finalize runs")):
+        sub.add_parser(verb, help=f"{text} (python -m grader {verb} --help)", add_help=False)
     return parser
 
 
@@ -52,13 +58,17 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
 
         return int(importlib.import_module(f"grader.agent.{argv[0]}").main(argv[1:]))
+    if argv and argv[0] in ("serve", "worker", "run"):
+        from grader.service import cli as service_cli
+
+        return service_cli.main(argv)
     args = _parser().parse_args(argv)
     from grader.grade import GradeOptions, grade
     from grader.report import ExitCode, render_table
 
     options = GradeOptions(
         rev=args.commit, profile=args.profile, gpu=args.gpu, cpu=args.cpu,
-        config_path=args.config, progress=not args.quiet, keep_dir=args.keep,
+        config_path=args.config, progress=not args.quiet, keep_dir=args.keep, final=args.final,
     )
     try:
         report = grade(args.path, options)

@@ -194,6 +194,9 @@ class Profile:
     # Rounds of plain and the reference timed alone, before the submission's process imports
     # anything: the yardstick their interleaved times must stay near (grader/timing.py).
     alone_rounds: int = 12
+    # Timed rounds of a final regrade (SPEC §7: the run's result): more samples than an ordinary
+    # grade's; None is twice ``rounds``.
+    final_rounds: int | None = None
 
     def __post_init__(self) -> None:
         if self.warmup < 0:
@@ -204,11 +207,20 @@ class Profile:
             _invalid("rounds", f"must be a multiple of {cycle} (one balanced cycle of the "
                      f"{len(TIMED_BLOCKS)} blocks' run orders, grader/orders.py), "
                      f"got {self.rounds}")
+        if self.final_rounds is not None and (self.final_rounds < self.rounds
+                                              or self.final_rounds % cycle):
+            _invalid("final_rounds", f"must be a multiple of {cycle} and ≥ rounds "
+                     f"({self.rounds}), got {self.final_rounds!r}")
         if not self.shapes:
             _invalid("shapes", "needs at least one shape")
         if self.alone_rounds < 2 or self.alone_rounds % 2:
             _invalid("alone_rounds", f"must be an even number ≥ 2 (two halves, to know their "
                      f"noise), got {self.alone_rounds!r}")
+
+
+    def for_final(self) -> Profile:
+        """This profile with a final regrade's sample counts."""
+        return dataclasses.replace(self, rounds=self.final_rounds or 2 * self.rounds)
 
 
 @dataclass(frozen=True)

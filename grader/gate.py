@@ -1,7 +1,7 @@
 """The correctness gate of SPEC §3, trusted side: inputs, ground truth, budgets, verdicts.
 
 This module holds the secret seed, draws every item's inputs from it, computes the fp64 truth and
-compares. It never imports submission code: one child (``grader/child_gate.py``) runs every item,
+compares. It never imports submission code: one child (``grader/child/gate.py``) runs every item,
 one at a time, told over its stdin; each item's inputs are written into the child's directory
 just before its ``go`` and its outputs come back as bytes in the item's ``item_done`` frame, read
 before the next item starts (so no submission code runs between the outputs and the parent).
@@ -44,7 +44,7 @@ from task.inputs import DTYPES, BlockInputs, derive_seed, make_inputs
 from task.oracle import oracle_sgd, oracle_step
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CHILD_SCRIPT = Path(__file__).resolve().parent / "child_gate.py"
+CHILD_SCRIPT = Path(__file__).resolve().parent / "child" / "gate.py"
 FORBIDDEN_DIRS = (REPO_ROOT / "grader", REPO_ROOT / "reference")
 PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
 GRAD_KEYS = ("grad_x", "grad_conv", "grad_fc1", "grad_fc2")
@@ -399,6 +399,16 @@ def case_result(item: GateItem, checks: list[CheckResult], wall_s: float | None,
 # ----------------------------------------------------------------------------- the run
 
 
+# The child reads its op and kernel census (stops, reads and restarts the profiler) after the
+# first item, after every this many items and after the last: a restart costs 0.4-0.75 s on an
+# H200 with CUPTI on, and once per item it was most of a grade's gate phase
+# (`bench/results/trust-h200-2026-12-01`). Each item's outputs still leave at once; its census
+# is judged at the next read. The read after the first item is there because most tampering
+# starts with the first step, and a profiler tampered with for several items can abort the
+# process (a `crashed` verdict, not the `census-tampered` it deserves).
+CENSUS_EVERY = 8
+
+
 class _Conversation:
     """Parent side of the protocol: hands out items one by one, remembers what the child said."""
 
@@ -423,6 +433,10 @@ class _Conversation:
         self.load_error = ""
         # Inputs handed out, kept for the checks (drawing them again costs as much).
         self.inputs: dict[int, BlockInputs] = {}
+        # Items after which the child reads its census (`CENSUS_EVERY`), and each announced
+        # step's dims until its summary comes (summaries of several items arrive together).
+        self.census_due: set[int] = set()
+        self.census_dims: dict[str, census.BlockDims] = {}
 
     def deadline(self) -> Deadline | None:
         """The step the child is on now, and when it is overdue (`run_child` asks each poll)."""
@@ -446,6 +460,9 @@ class _Conversation:
         plain_s = plain_step_seconds(inputs, item.case.block_args, self.plain_device, steps=steps)
         # The clock starts once the item's inputs are ready and measured, as the child gets 'go'.
         self._start(f"item {item.name}", plain_s)
+        if self.next == 1 or self.next % CENSUS_EVERY == 0 or self.next == len(self.items):
+            self.census_due.add(item.index)
+            return f"go {item.index} census\n"
         return f"go {item.index}\n"
 
     def __call__(self, message: dict[str, Any]) -> str | None:
@@ -477,13 +494,15 @@ class _Conversation:
                 self.done[index] = _wall(message.get("wall_s"))
                 # The outputs are read now, before the next item lets submission code run.
                 self.outputs[index] = _outputs(message)
-                # Every step the item announced must have brought its census by now: a summary
-                # the child kept back (its writer filtered) is a step nobody saw.
-                name = self.items[index].name
-                self.findings.extend(census.rule_findings(
-                    census.ledger_for(self).close_item(name), name))
             else:
                 self.failed[index] = message
+            if index in self.census_due:
+                # Every step announced since the last read must have brought its census by now:
+                # a summary the child kept back (its writer filtered) is a step nobody saw.
+                name = self.items[index].name
+                ledger = census.ledger_for(self)
+                found = ledger.close_item(name) if event == "item_done" else ledger.unsettled()
+                self.findings.extend(census.rule_findings(found, name))
             self.current = None
             return self._send_next()
         if event == "finding":
@@ -493,8 +512,14 @@ class _Conversation:
             return None
         if event == "census":
             # A step announced, or its op and kernel census: judged here, not in the child.
-            item = self.items[self.current] if self.current is not None else None
-            dims = census.BlockDims.of_case(item.case) if item is not None else None
+            label = census.message_label(message)
+            if "summary" in message:
+                dims = self.census_dims.pop(label, None)
+            else:
+                item = self.items[self.current] if self.current is not None else None
+                dims = census.BlockDims.of_case(item.case) if item is not None else None
+                if dims is not None:
+                    self.census_dims[label] = dims
             found = census.judge_message(message, dims, census.ledger_for(self),
                                          gpu=self.plain_device.startswith("cuda"))
             self.findings.extend(census.rule_findings(found, census.message_label(message)))

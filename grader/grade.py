@@ -15,6 +15,7 @@ report says plainly what was not checked (status ``checked_untimed``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib.util
 import os
@@ -58,6 +59,7 @@ class GradeOptions:
         config_path: `scoring.yaml` to use.
         progress: Draw a progress bar on stderr.
         keep_dir: Keep the private directory (exported tree, child's files) for debugging.
+        final: A final regrade (SPEC §7): every profile's ``final_rounds`` timed rounds.
     """
 
     rev: str = "HEAD"
@@ -67,6 +69,7 @@ class GradeOptions:
     config_path: Path = DEFAULT_PATH
     progress: bool = True
     keep_dir: bool = False
+    final: bool = False
 
 
 def system_info(gpu: int | None) -> SystemInfo:
@@ -218,6 +221,9 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
     started = time.monotonic()
     started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     config = load_config(options.config_path)
+    if options.final:
+        config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, profiles={
+            name: p.for_final() for name, p in config.timing.profiles.items()}))
     gpu = _pick_gpu(options)
     if gpu is not None and not (torch.cuda.is_available() and gpu < torch.cuda.device_count()):
         raise ValueError(

@@ -365,9 +365,9 @@ class _Run:
         of restarts as in the interleaved ones, so its profiler's buffers are alike)."""
         self.base.ask({"cmd": "collect"}, "collected", f"the census after {label}")
 
-    def audit(self, label: str, *, steps: bool = True) -> None:
-        """Audit the submission's process (and restart both censuses); ``steps``: it ran steps
-        since the last audit, so their census must have come."""
+    def audit(self, label: str, *, ran_steps: bool = True) -> None:
+        """Audit the submission's process (and restart both censuses); ``ran_steps``: it ran
+        steps since the last audit, so a census of one at least must have come."""
         # Both processes restart their profilers at once: the restart costs each of them
         # (stopping CUPTI, building the trace), and nothing is timed meanwhile.
         self.base.process.send(json.dumps({"cmd": "collect"}) + "\n")
@@ -389,7 +389,7 @@ class _Run:
                 raise _Stop("rule_broken", f"no-triton-kernel: no Triton kernel defined in the "
                             f"submission was launched in {step.get('label')}")
         # Every step announced since the last audit must have brought its census by now.
-        found = self.ledger.close_item(label) if steps else self.ledger.unsettled()
+        found = self.ledger.close_item(label) if ran_steps else self.ledger.unsettled()
         if found:
             raise _Stop("rule_broken", f"{found[0].rule}: {found[0].message}")
 
@@ -581,7 +581,7 @@ def _drive(run: _Run, job: dict[str, Any]) -> None:
     # (`grader.timing.baseline_drift`). The submission's process is only flushing again, and is
     # audited once more after them.
     alone_rounds(run, half, ALONE_ORDERS)
-    run.audit("the last alone rounds", steps=False)
+    run.audit("the last alone rounds", ran_steps=False)
     run.progress(f"baselines alone again: {half} rounds of each shape")
     sub.leftover()
     base.leftover()

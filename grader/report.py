@@ -442,10 +442,6 @@ def render_table(report: GradeReport) -> str:
             where = f" [{f.location or f.phase}]" if (f.location or f.phase) else ""
             lines.append(f"  {f.severity.value:<9} {f.source:<7} {f.rule}{where}: {f.message}")
     if report.timing is not None:
-        # The timing engine's own table (intervals included); imported here because
-        # grader.timing imports this module.
-        from grader.timing import render_table as render_timing
-
         lines.append("")
         lines.append(render_timing(report.timing))
     if report.not_checked:
@@ -457,6 +453,39 @@ def render_table(report: GradeReport) -> str:
         lines.append("gate child's stderr (tail):")
         lines.extend(f"  | {line}" for line in report.child_stderr_tail.splitlines()[-15:])
     lines.append(f"\ngraded in {report.wall_s:.1f} s, started {report.started_at}")
+    return "\n".join(lines)
+
+
+def _visit_rounds(report: TimingReport) -> int | str:
+    """Rounds per visit, read off the samples (the timing engine's `VISIT_ROUNDS`)."""
+    for s in report.shapes:
+        if s.samples is not None and s.samples.visit:
+            return s.samples.visit.count(s.samples.visit[0])
+    return "?"
+
+
+def _ci(pair: tuple[float, float] | None, spec: str = ".3f") -> str:
+    return "" if pair is None else f"[{pair[0]:{spec}}, {pair[1]:{spec}}]"
+
+
+def render_timing(report: TimingReport) -> str:
+    """Per-shape t_plain, t_ref, t_sub, r, g and score with intervals, then the task score."""
+    head = (f"{'shape':<26} {'t_plain ms':>10} {'t_ref ms':>9} {'t_sub ms':>9} "
+            f"{'r':>6} {'r 95% CI':<16} {'g':>6} {'g 95% CI':<16} {'score':>6} "
+            f"{'score 95% CI':<16} status")
+    lines = [f"timing profile {report.profile}: {report.rounds} rounds after {report.warmup} "
+             "warm-up rounds, medians of per-round paired ratios, 95% bootstrap intervals "
+             f"resampling whole visits of {_visit_rounds(report)} rounds", head]
+    for s in report.shapes:
+        status = s.status if s.status == "ok" else f"{s.status}: {s.reason}"
+        f3 = {k: _fmt(getattr(s, k), ".3f")
+              for k in ("t_plain_ms", "t_ref_ms", "t_sub_ms", "r", "g")}
+        lines.append(
+            f"{s.label:<26} {f3['t_plain_ms']:>10} {f3['t_ref_ms']:>9} {f3['t_sub_ms']:>9} "
+            f"{f3['r']:>6} {_ci(s.r_ci):<16} {f3['g']:>6} {_ci(s.g_ci):<16} {s.score:>6.3f} "
+            f"{_ci(s.score_ci):<16} {status}")
+    lines.append(f"task score {report.score:.4f} {_ci(report.score_ci, '.4f')}  "
+                 f"status {report.status}{': ' + report.reason if report.reason else ''}")
     return "\n".join(lines)
 
 
@@ -474,4 +503,5 @@ __all__ = [
     "SystemInfo",
     "TimingReport",
     "render_table",
+    "render_timing",
 ]

@@ -1,7 +1,7 @@
 """Run untrusted code in a child process with limits, and tell how it ended.
 
 The grader never imports a submission in its own interpreter (SPEC §6). Every phase that touches
-submission code runs a trusted *entry script* (a child harness such as ``grader/child_gate.py``)
+submission code runs a trusted *entry script* (a child harness such as ``grader/child/gate.py``)
 in a fresh ``python -I`` interpreter:
 
 - isolated flags (``-I``: no ``PYTHON*`` variables, no user site, no script dir on ``sys.path``),

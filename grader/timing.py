@@ -74,8 +74,18 @@ WALL_SLACK_MS = 0.05
 # shorter than its wall less this is timed by the wall (`step_times`).
 OVERHEAD_QUANTILE = 0.9
 OVERHEAD_SLACK_MS = 0.05
-# More of the submission's steps than this disagreeing with the parent's clock is a lie about
-# time, not noise (the baselines' own disagree in 1 − OVERHEAD_QUANTILE of steps at most).
+# A lie about time shows as a submission step's overhead (wall − window) above the baselines'
+# overheads in the same round: a hiccup of the host slows every block of a round alike, a window
+# shortened by the submission only its own. A step whose overhead exceeds the larger of the
+# round's two baselines' (plus its process's own extra cost, from the calibration steps) by more
+# than PAIRED_SLACK_MS disagrees; more than DISAGREE_LIMIT of the steps disagreeing is a lie, not
+# noise. On an H200 (2026-12-01, 21 shape-runs of the
+# reference-as-submission, bench/results/trust-h200-2026-12-01/step-overhead-H200.json) that
+# difference had medians of −0.14 to +0.10 ms and 90th percentiles ≤ 0.34 ms before the process's
+# extra cost (its calibration steps': 0.2-0.35 ms) was taken off; the share of steps
+# above the old unpaired allowance reached 30% in one honest run and 75% on a 12-round shape.
+# What a lie can gain is bounded by the allowance of `step_times`, not by this test.
+PAIRED_SLACK_MS = 0.25
 DISAGREE_LIMIT = 0.25
 # Baselines against themselves: interleaved with the submission, plain's and the reference's
 # medians must lie within this fraction of the span of their medians timed alone before and
@@ -334,13 +344,21 @@ def analyze_shape(
                   samples=samples, t_plain_alone_ms=alone_medians["plain"],
                   t_ref_alone_ms=alone_medians["ref"], overhead_ms=allowed["sub"],
                   clock_disagreements=int(disagree["sub"].sum()))
-    share = float(disagree["sub"].mean())
-    if share > DISAGREE_LIMIT and not dry_run:
+    # Less what the submission's process costs a step more than the baselines' by itself: its
+    # calibration steps (the harness's block before the import, the same code) say how much.
+    shift = 0.0
+    if len(raw.calibration_ms):
+        shift = max(0.0, float(np.median(np.asarray(raw.calibration_ms, dtype=np.float64)))
+                    - float(np.median(overheads)))
+    paired = (walls["sub"] - windows["sub"] - shift
+              - np.maximum(walls["plain"] - windows["plain"], walls["ref"] - windows["ref"]))
+    lied = paired > PAIRED_SLACK_MS
+    if float(lied.mean()) > DISAGREE_LIMIT and not dry_run:
         return _fail(label, TimingStatus.IMPLAUSIBLE,
-                     f"sub: the event window was shorter than the parent's clock allows in "
-                     f"{int(disagree['sub'].sum())} of {rounds} steps (its wall less "
-                     f"{allowed['sub']:.3g} ms of handshake; limit {DISAGREE_LIMIT:.0%} of "
-                     "steps)",
+                     f"sub: the event window left more of the parent's go → done unaccounted "
+                     f"than both baselines' in the same round, by over {PAIRED_SLACK_MS:g} ms, "
+                     f"in {int(lied.sum())} of {rounds} steps (median excess "
+                     f"{float(np.median(paired)):.3g} ms; limit {DISAGREE_LIMIT:.0%} of steps)",
                      **values)
 
     bytes_moved = plausibility.step_bytes(batch=raw.shape.batch, length=raw.shape.length,
@@ -646,36 +664,6 @@ def _zeroed(s: ShapeTiming) -> ShapeTiming:
     return replace(s, score=0.0)
 
 
-# ----------------------------------------------------------------------------- for people
-
-
-def _fmt(value: float | None, spec: str = ".3f") -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _ci(pair: tuple[float, float] | None, spec: str = ".3f") -> str:
-    return "" if pair is None else f"[{pair[0]:{spec}}, {pair[1]:{spec}}]"
-
-
-def render_table(report: TimingReport) -> str:
-    """Per-shape t_plain, t_ref, t_sub, r, g and score with intervals, then the task score."""
-    head = (f"{'shape':<26} {'t_plain ms':>10} {'t_ref ms':>9} {'t_sub ms':>9} "
-            f"{'r':>6} {'r 95% CI':<16} {'g':>6} {'g 95% CI':<16} {'score':>6} "
-            f"{'score 95% CI':<16} status")
-    lines = [f"timing profile {report.profile}: {report.rounds} rounds after {report.warmup} "
-             "warm-up rounds, medians of per-round paired ratios, 95% bootstrap intervals "
-             f"resampling whole visits of {VISIT_ROUNDS} rounds", head]
-    for s in report.shapes:
-        status = s.status if s.status == "ok" else f"{s.status}: {s.reason}"
-        lines.append(
-            f"{s.label:<26} {_fmt(s.t_plain_ms):>10} {_fmt(s.t_ref_ms):>9} "
-            f"{_fmt(s.t_sub_ms):>9} {_fmt(s.r):>6} {_ci(s.r_ci):<16} {_fmt(s.g):>6} "
-            f"{_ci(s.g_ci):<16} {s.score:>6.3f} {_ci(s.score_ci):<16} {status}")
-    lines.append(f"task score {report.score:.4f} {_ci(report.score_ci, '.4f')}  "
-                 f"status {report.status}{': ' + report.reason if report.reason else ''}")
-    return "\n".join(lines)
-
-
 __all__ = [
     "INTERVAL_METHOD",
     "VISIT_ROUNDS",
@@ -686,7 +674,6 @@ __all__ = [
     "analyze_shape",
     "estimate_shape",
     "grade_bootstrap",
-    "render_table",
     "run_timing",
     "score_from",
     "task_score",

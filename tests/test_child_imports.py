@@ -1,4 +1,4 @@
-"""The forbidden-import rule (grader/child_imports.py): which names, whose frames, which routes.
+"""The forbidden-import rule (grader/child/imports.py): which names, whose frames, which routes.
 
 Classification and attribution run here, with a watch that is not installed. Every route is
 exercised in a fresh interpreter with the watch installed (installing it here would wrap this
@@ -20,8 +20,8 @@ from types import ModuleType
 import pytest
 from file_modules import load_module
 
-from grader import child_imports
-from grader.child_imports import FAST_NAMES, ImportWatch, own_names
+from grader.child import imports as child_imports
+from grader.child.imports import FAST_NAMES, ImportWatch, own_names
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -203,7 +203,7 @@ import json, sys
 sys.path.insert(0, {repo!r})
 import typing_extensions, yaml  # cached before the watch, as torch and the harness leave them
 import torch
-from grader.child_imports import ImportWatch
+from grader.child.imports import ImportWatch
 found = []
 watch = ImportWatch({sub!r}, found.append)
 watch.install()
@@ -306,7 +306,7 @@ _GUARD_RUNNER = """
 import json, sys
 sys.path.insert(0, {repo!r})
 import typing_extensions
-from grader.child_rules import Guard
+from grader.child.rules import Guard
 guard = Guard({sub!r}, ())
 guard.install()
 sys.path.insert(0, {sub!r})

@@ -1,4 +1,4 @@
-"""The rule guard's snapshot of global state (grader/child_rules.py `_state`): each item reads the
+"""The rule guard's snapshot of global state (grader/child/rules.py `_state`): each item reads the
 change a submission could make for the whole process.
 
 In-process: each case changes one setting inside a context that puts it back, and the snapshot
@@ -25,7 +25,7 @@ import torch.utils.deterministic
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from grader.child_rules import _state
+from grader.child.rules import _state
 
 REPO = Path(__file__).resolve().parent.parent
 backends = torch.backends
@@ -268,7 +268,7 @@ _GUARD_RUNNER = """
 import json, sys
 sys.path.insert(0, {repo!r})
 import torch
-from grader.child_rules import Guard, _OpLog
+from grader.child.rules import Guard, _OpLog
 x = torch.randn(4, 8, requires_grad=True)
 w = torch.nn.Linear(8, 8)
 

@@ -381,8 +381,9 @@ def test_a_process_that_ends_before_it_starts(monkeypatch, ws, who, status, reas
 def test_a_window_much_shorter_than_the_parent_saw_is_implausible(monkeypatch, ws) -> None:
     install(monkeypatch, Script(sub_wall_extra_ms=5.0))
     report = run(ws)
-    assert_failed(report, "implausible", f"{LABELS[0]}: sub: the event window was shorter than "
-                  "the parent's clock allows in 6 of 6 steps")
+    assert_failed(report, "implausible", f"{LABELS[0]}: sub: the event window left more of the "
+                  "parent's go → done unaccounted than both baselines' in the same round, by over "
+                  "0.25 ms, in 6 of 6 steps")
     assert report.shapes[0].clock_disagreements == 6
 
 
@@ -398,7 +399,7 @@ def test_a_cost_of_the_submissions_process_is_measured_there_before_the_import(m
     assert report.shapes[0].overhead_ms == pytest.approx(0.3 + 0.5 + 0.05, abs=0.02)
     # Beyond it, the submission's own steps are timed by the wall.
     install(monkeypatch, Script(process_wall_extra_ms=0.5, sub_wall_extra_ms=5.0))
-    assert_failed(run(ws), "implausible", "clock allows in 6 of 6 steps")
+    assert_failed(run(ws), "implausible", "in the same round, by over 0.25 ms, in 6 of 6 steps")
 
 
 def test_a_few_late_answers_are_timed_by_the_parent(monkeypatch, ws) -> None:

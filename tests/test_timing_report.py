@@ -15,8 +15,8 @@ from grader import telemetry
 from grader.config import Profile, Shape, load_config
 from grader.interleave import ShapeRaw
 from grader.plot import plot_speedups
-from grader.report import ShapeTiming, TimingReport
-from grader.timing import PLAIN_SLACK, _overheads, _raw, render_table, run_timing
+from grader.report import ShapeTiming, TimingReport, render_timing
+from grader.timing import PLAIN_SLACK, _overheads, _raw, run_timing
 
 CONFIG = load_config()
 
@@ -35,7 +35,7 @@ def report() -> TimingReport:
 
 
 def test_table_shows_every_shape_with_intervals_and_reasons() -> None:
-    text = render_table(report())
+    text = render_timing(report())
     assert "float32:32x4096:d1" in text and "[2.800, 2.900]" in text and "[1.000, 1.080]" in text
     assert "implausible: sub: 40 step(s)" in text
     assert "task score 0.0000" in text and "40 rounds after 5 warm-up rounds" in text
@@ -81,7 +81,7 @@ def test_run_timing_draws_progress_by_phase(monkeypatch, tmp_path) -> None:
     ]
     assert [s["label"] for s in report.telemetry["snapshots"]] == [
         "baselines alone", f"before {a}", f"before {b}", "timed visit 1/3", "timed visit 3/3"]
-    rows = render_table(report).splitlines()[2:]
+    rows = render_timing(report).splitlines()[2:]
     assert [row.split()[0] for row in rows[:2]] == [a, b]
     assert all(row.endswith(" ok") for row in rows[:2]) and rows[2].endswith("status ok")
 

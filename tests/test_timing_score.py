@@ -119,7 +119,30 @@ def test_windows_shorter_than_the_wall_allows_are_timed_by_the_wall() -> None:
     for i in range(ROUNDS):
         r.window_ms["sub"][i] = 2.0
     v = verdict(r)
-    assert v.status is TimingStatus.IMPLAUSIBLE and "parent's clock allows" in v.timing.reason
+    assert v.status is TimingStatus.IMPLAUSIBLE and "than both baselines'" in v.timing.reason
+
+
+def test_a_stretch_of_slow_handshakes_for_every_block_is_not_a_lie() -> None:
+    """Half the rounds pay 1 ms more around every block's window (the host was busy): the
+    submission's steps exceed the whole run's allowance there, but not the same round's
+    baselines: scored, each slow step timed by its bound."""
+    r = raw(10.0, 4.0, 6.0, noise=0.0)
+    for i in range(ROUNDS // 2):
+        for name in ("plain", "ref", "sub"):
+            r.wall_ms[name][i] += 1.0
+    v = verdict(r)
+    assert v.status is TimingStatus.OK, v.timing.reason
+
+
+def test_a_window_shortened_a_little_in_every_step_is_a_lie() -> None:
+    """0.5 ms shaved off every window: within the run's allowance, but above the same round's
+    baselines by more than the paired slack in every step."""
+    r = raw(10.0, 4.0, 6.0, noise=0.0)
+    for i in range(ROUNDS):
+        r.window_ms["sub"][i] -= 0.5
+    v = verdict(r)
+    assert v.status is TimingStatus.IMPLAUSIBLE, v.timing.reason
+    assert f"in {ROUNDS} of {ROUNDS} steps" in v.timing.reason
 
 
 def test_baselines_that_move_once_the_submission_runs_void_the_grade() -> None:

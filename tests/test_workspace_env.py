@@ -120,7 +120,7 @@ def test_env_sh_points_the_tools_at_the_kit(built: Path) -> None:
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env,
                          check=True, timeout=120).stdout
     assert f"statement (PROMPT.md):  {built / 'kit' / 'PROMPT.md'}" in out
-    assert f"submission store:       {built / 'submissions.sqlite'}" in out
+    assert f"submission store:       {built / 'store'}" in out
 
 
 def test_template_solution_is_the_plain_block() -> None:

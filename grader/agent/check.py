@@ -285,8 +285,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def where() -> str:
     """Paths an agent needs: the statement, the scoring contract, published g, the store."""
-    from grader.agent.store import default_store_path
     from grader.config import DEFAULT_PATH
+    from grader.service.client import default_store_path
 
     prompt = next((p for p in (KIT_ROOT / "PROMPT.md", KIT_ROOT / "task" / "PROMPT.md")
                    if p.is_file()), None)

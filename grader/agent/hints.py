@@ -9,8 +9,8 @@ from grader.agent import worktree
 from grader.agent.estimate import ScoreEstimate
 from grader.report import Status
 
-# What each run-time rule wants, in words an agent can act on (rule ids from grader.child_rules,
-# grader.census, grader.child_gate, grader.interleave and grader.child.submission).
+# What each run-time rule wants, in words an agent can act on (rule ids from grader.child.rules,
+# grader.census, grader.child.gate, grader.interleave and grader.child.submission).
 RULE_HINTS = {
     "torch-op-on-path": "the convolution and the normalization must run in your Triton kernels, "
     "not PyTorch ops (aten.convolution, var_mean, a sum or mean over the whole activation, a "

@@ -1,25 +1,32 @@
-"""The agent's ``submit``: send the committed HEAD to the grading store, grade it, show reports.
+"""The agent's ``submit``: send the committed HEAD for grading, and show submissions and reports.
 
 Run from the workspace::
 
-    python -m grader submit [--wait] [--allow-dirty] [--note TEXT]   # send HEAD
+    python -m grader submit [--wait [--timeout S]] [--allow-dirty] [--note TEXT]   # send HEAD
     python -m grader submit list                                     # every submission
     python -m grader submit show ID [--json FILE]                    # one, with its report
-    python -m grader submit grade [ID]                               # local worker
+    python -m grader submit grade [ID]                               # grade here (local only)
 
 A submission is the tree of HEAD, never the working copy: ``submit`` refuses while there are
 uncommitted changes (``--allow-dirty`` sends HEAD anyway and says what was left out). The tree is
-exported with the grader's own export (`grader.workspace`: same limits, no filters or hooks),
-archived deterministically and stored with its commit and tree ids (`grader.agent.store`). A tree
-that was submitted before is stored again, with a warning naming the earlier submissions and their
-status.
+exported with the grader's own export (`grader.workspace`: same limits, no filters or hooks) and
+archived deterministically (`grader.service.archive.make_archive`).
 
-Until the operator's grading service is connected, the store is a local SQLite file and
-``--wait`` (or ``grade``) grades right here: the archive is unpacked into a fresh repository, its
-tree id must equal the stored one, and the grader's ``grade`` pipeline runs on it with a fresh
-secret seed. Where the reference is not installed (the agent's own environment) the same gate runs
-on every case with a secret seed, timing runs against plain PyTorch, and the score is an estimate
-from the reference's published speedups (`grader.agent.check`); the report says so.
+Where it goes (`grader.service.client`):
+
+- **The operator's service**, when ``GRADER_URL`` and ``GRADER_TOKEN`` are both set: the archive is
+  uploaded with its commit id, the service's workers grade it on the operator's GPUs, and
+  ``--wait`` polls until the report is there. The service keeps one submission per tree: the same
+  tree again answers with the earlier submission. ``grade`` does not exist there.
+- **The local store** otherwise (``GRADER_STORE``; run ``local`` of `grader.service.store.Store`).
+  A tree that was submitted before is stored again, with a warning naming the earlier submissions
+  and their status. ``--wait`` (or ``grade``) grades right here, through the store's queue (the
+  grade is claimed, its lease renewed while it runs, then finished or failed): the archive is
+  unpacked into a fresh repository whose tree id must equal the stored one, and the grader's
+  ``grade`` pipeline runs on it with a fresh secret seed. Where the reference is not installed
+  (the agent's own environment) the same gate runs on every case with a secret seed, timing runs
+  against plain PyTorch, and the score is an estimate from the reference's published speedups
+  (`grader.agent.check`); the report says so.
 """
 
 from __future__ import annotations
@@ -31,38 +38,46 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grader.agent import worktree
-from grader.agent.store import (
-    Store,
-    StoreError,
-    SubmissionRecord,
-    SubmissionStatus,
-    UnknownSubmission,
-    extract_archive,
-    make_archive,
-)
 from grader.config import ConfigError, load_config
-from grader.report import ExitCode
+from grader.report import GRADER_VERSION, ExitCode, GradeReport, Status, render_table
+from grader.service.archive import make_archive
+from grader.service.client import (
+    TOKEN_ENV,
+    URL_ENV,
+    Client,
+    ClientError,
+    client_from_env,
+    default_store_path,
+)
+from grader.service.executors import GradeRequest, rebuild
+from grader.service.records import Device, Job, Submission
+from grader.service.runs import submission_view
+from grader.service.store import LOCAL_RUN, Store, StoreError, Unknown
 from grader.workspace import SubmissionError, export_submission
 
 # Exit statuses of submit itself (grading exits with the report's `grader.report.ExitCode`).
 EXIT_OK = 0
-EXIT_REFUSED = 2  # dirty tree, no commit, not a workspace, bad arguments
+EXIT_REFUSED = 2  # dirty tree, no commit, not a workspace, bad arguments, refused by the service
+EXIT_PENDING = 4  # --wait: the service had not graded it when --timeout passed
 EXIT_INVALID = int(ExitCode.INVALID_SUBMISSION)  # the tree is over the limits or has no solution
-EXIT_STORE = int(ExitCode.GRADER_ERROR)  # the store or the grading machinery failed
+EXIT_STORE = int(ExitCode.GRADER_ERROR)  # the store, the service or the grading machinery failed
 
-# Identity of the commit that rebuilds a stored tree for grading; the tree id is what must match.
-_REBUILD_ID = {
-    "GIT_AUTHOR_NAME": "grader.submit",
-    "GIT_AUTHOR_EMAIL": "submit@localhost",
-    "GIT_COMMITTER_NAME": "grader.submit",
-    "GIT_COMMITTER_EMAIL": "submit@localhost",
-}
+# A local grade is one attempt: a failure of the machinery is shown at once (``grade ID`` runs it
+# again), not retried behind the agent's back as the service's workers do.
+_LOCAL_ATTEMPTS = 1
+# The lease of a grade running here, renewed every third of it: a killed ``submit`` frees its
+# grade for the next ``grade`` within this long.
+_LEASE_S = 120.0
+_WAIT_TIMEOUT_S = 4 * 3600.0
 
 
 class Refused(RuntimeError):
@@ -70,31 +85,42 @@ class Refused(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Graded:
-    """One grade of a stored submission.
+class Prepared:
+    """A committed tree, exported and archived, ready to send.
 
     Attributes:
-        record: The submission after grading.
-        text: The report for people.
+        root: The workspace root.
+        commit, tree: What is sent: HEAD and its tree id.
+        files: Number of files in the tree.
+        archive: Its deterministic ``tar.gz``.
+        left_out: Uncommitted changes that are not in it (with ``--allow-dirty``).
+    """
+
+    root: Path
+    commit: str
+    tree: str
+    files: int
+    archive: bytes
+    left_out: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Graded:
+    """One grade run here.
+
+    Attributes:
+        view: The submission after grading (`grader.service.runs.submission_view`).
+        text: The report for people (or why grading failed).
         exit_code: The report's exit code.
     """
 
-    record: SubmissionRecord
+    view: dict[str, Any]
     text: str
     exit_code: int
 
 
-def submit(
-    workspace: str | Path | None = None,
-    *,
-    store: Store,
-    allow_dirty: bool = False,
-    note: str = "",
-) -> tuple[SubmissionRecord, tuple[str, ...]]:
-    """Store the committed HEAD of ``workspace`` as a queued submission.
-
-    Returns:
-        The stored record and the uncommitted changes that were left out (with ``allow_dirty``).
+def prepare(workspace: str | Path | None = None, *, allow_dirty: bool = False) -> Prepared:
+    """Export and archive the committed HEAD of ``workspace``.
 
     Raises:
         Refused: Not a workspace, no commit yet, or uncommitted changes without ``allow_dirty``.
@@ -124,41 +150,32 @@ def submit(
     with tempfile.TemporaryDirectory(prefix="submit-") as tmp:
         exported = export_submission(root, Path(tmp) / "tree", config.limits, rev=where.head)
         archive = make_archive(exported.root, exported.files)
-    record = store.add(
-        workspace=str(root),
-        commit=exported.commit,
-        tree=exported.tree,
-        archive=archive,
-        files=len(exported.files),
-        note=note,
-    )
-    return record, where.changes if allow_dirty else ()
+    return Prepared(root, exported.commit, exported.tree, len(exported.files), archive,
+                    where.changes if allow_dirty else ())  # fmt: skip
 
 
-def _worker() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+def submit(
+    workspace: str | Path | None = None, *, store: Store, allow_dirty: bool = False, note: str = ""
+) -> tuple[Submission, tuple[str, ...]]:
+    """Store the committed HEAD of ``workspace`` in the local run as a queued submission (a tree
+    submitted before is stored again).
 
-
-def rebuild_repository(store: Store, record: SubmissionRecord, dest: Path) -> Path:
-    """Unpack a stored archive into a fresh one-commit repository whose tree id is the stored one.
+    Returns:
+        The stored submission and the uncommitted changes that were left out.
 
     Raises:
-        StoreError: The archive's hash or the rebuilt tree id does not match the record.
+        Refused, SubmissionError: As `prepare`.
     """
-    extract_archive(store.archive(record.id), dest)
-    worktree.git(dest, "init", "--quiet")
-    worktree.git(dest, "add", "--all", ".")
-    worktree.git(
-        dest, "commit", "--quiet", "--no-verify", "-m", f"submission {record.id} "
-        f"(commit {record.commit})", extra_env=_REBUILD_ID,
+    sent = prepare(workspace, allow_dirty=allow_dirty)
+    store.local_run()
+    submission, _ = store.add_submission(
+        LOCAL_RUN, commit=sent.commit, tree=sent.tree, archive=sent.archive, files=sent.files,
+        note=note, origin=str(sent.root), force=True, max_attempts=_LOCAL_ATTEMPTS,
     )  # fmt: skip
-    tree = worktree.git(dest, "rev-parse", "HEAD^{tree}")
-    if tree != record.tree:
-        raise StoreError(
-            f"submission {record.id}: the archive rebuilds tree {tree}, the record says "
-            f"{record.tree}"
-        )
-    return dest
+    return submission, sent.left_out
+
+
+# ----------------------------------------------------------------------------- grading here
 
 
 def reference_available() -> bool:
@@ -166,60 +183,96 @@ def reference_available() -> bool:
     return importlib.util.find_spec("reference") is not None
 
 
-def grade_submission(
-    store: Store, submission_id: int | None = None, *, progress: bool = True
-) -> Graded | None:
-    """Claim a queued submission (``submission_id`` or the oldest) and grade it here.
+def grade_queued(
+    store: Store, store_path: Path, until: int | None = None, *, progress: bool = True
+) -> Iterator[Graded]:
+    """Claim the local store's queued grades, oldest first, and grade each here; stop once
+    submission ``until`` is graded (or when nothing is queued)."""
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    # The device a grade records; a local grade is never compared with another GPU's.
+    device = Device(name="local", uuid=worker)
+    while (job := store.claim(worker, device, _LEASE_S)) is not None:
+        yield _grade_job(store, store_path, job, progress)
+        if job.submission.id == until:
+            return
 
-    Returns:
-        The graded result, or None when nothing (or not that id) is queued.
-    """
-    record = store.claim(_worker(), submission_id)
-    if record is None:
-        return None
+
+@contextmanager
+def _lease(store_path: Path, job: Job) -> Iterator[None]:
+    """Renew ``job``'s lease from a thread, on its own connection, while it is graded here."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        with Store(store_path) as own:
+            while not stop.wait(_LEASE_S / 3) and own.heartbeat(job, _LEASE_S):
+                pass
+
+    thread = threading.Thread(target=renew, name="submit-lease", daemon=True)
+    thread.start()
     try:
-        with tempfile.TemporaryDirectory(prefix="submission-") as tmp:
-            repo = rebuild_repository(store, record, Path(tmp) / "repo")
-            if reference_available():
-                payload, text, status, score, code = _grade_full(repo, record, progress)
-            else:
-                payload, text, status, score, code = _grade_estimate(repo, record, progress)
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _grade_job(store: Store, store_path: Path, job: Job, progress: bool) -> Graded:
+    sub = job.submission
+    try:
+        with _lease(store_path, job), tempfile.TemporaryDirectory(prefix="submission-") as tmp:
+            request = GradeRequest(archive=store.archive(sub.id), commit=sub.commit, tree=sub.tree,
+                                   final=False, device=job.device, label=f"submission {sub.id}")
+            repo = rebuild(request, Path(tmp) / "repo")
+            run = _grade_full if reference_available() else _grade_estimate
+            payload, text, code = run(repo, sub, progress)
+    except KeyboardInterrupt:
+        store.fail(job, "interrupted (Ctrl-C) while grading here")
+        raise
     except Exception as exc:  # noqa: BLE001 - a failure of the machinery is stored, not raised
-        detail = f"{exc!r}\n{traceback.format_exc(limit=8)}"
-        failed = store.fail(record.id, detail)
-        return Graded(failed, f"grading failed (not your submission's fault): {exc!r}",
-                      EXIT_STORE)  # fmt: skip
-    payload["submission"] = {"id": record.id, "commit": record.commit, "tree": record.tree}
+        store.fail(job, f"{exc!r}\n{traceback.format_exc(limit=8)}")
+        return Graded(submission_view(store, sub),
+                      f"grading failed (not your submission's fault): {exc!r}", EXIT_STORE)
+    payload["submission"] = {"id": sub.id, "commit": sub.commit, "tree": sub.tree}
     payload["report_text"] = text
-    graded = store.finish(
-        record.id, report_json=json.dumps(payload), grade_status=status, score=score
-    )
-    return Graded(graded, text, code)
+    store.finish(job, json.dumps(payload))
+    return Graded(submission_view(store, sub), text, code)
 
 
-def _grade_full(
-    repo: Path, record: SubmissionRecord, progress: bool
-) -> tuple[dict, str, str, float | None, int]:
+def _stored(kind: str, report: dict[str, Any], *, status: str, score: float | None,
+            reasons: Sequence[str], profile: str | None = None,
+            score_ci: Sequence[float] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A local grade as the store keeps it: the fields `Store.finish` reads at the top (status,
+    score, reasons, grader_version, and of ``timing`` only its profile and interval), the whole
+    report under ``report``; `_grade_job` adds the submission and the text."""
+    return {"kind": kind, "status": status, "score": score, "reasons": list(reasons),
+            "grader_version": GRADER_VERSION,
+            "timing": {"profile": profile, "score_ci": list(score_ci) if score_ci else None},
+            "report": report}  # fmt: skip
+
+
+def _grade_full(repo: Path, sub: Submission, progress: bool) -> tuple[dict, str, int]:
     """The grader's own ``grade`` (secret seed, every case, the reference timed alongside)."""
     from dataclasses import replace
 
     from grader.grade import GradeOptions, grade
-    from grader.report import render_table
 
     report = grade(repo, GradeOptions(progress=progress))
-    if report.tree == record.tree:
+    if report.tree == sub.tree:
         # The rebuilt repository holds the submitted tree under a new commit id: name the
-        # commit the agent sent (same tree, checked in rebuild_repository).
-        report = replace(report, workspace=record.workspace, commit=record.commit)
-    payload = {"kind": "grade", "report": report.to_dict()}
-    return payload, render_table(report), report.status.value, report.score, int(report.exit_code)
+        # commit the agent sent (same tree, checked by `rebuild`).
+        report = replace(report, workspace=sub.origin, commit=sub.commit)
+    timing = report.timing
+    payload = _stored("grade", report.to_dict(), status=report.status.value, score=report.score,
+                      reasons=report.reasons, profile=timing.profile if timing else None,
+                      score_ci=timing.score_ci if timing else None)  # fmt: skip
+    return payload, render_table(report), int(report.exit_code)
 
 
-def _grade_estimate(
-    repo: Path, record: SubmissionRecord, progress: bool
-) -> tuple[dict, str, str, float | None, int]:
+def _grade_estimate(repo: Path, sub: Submission, progress: bool) -> tuple[dict, str, int]:
     """Without the reference: the full gate with a secret seed, timing against plain PyTorch,
     and the score estimated from published g (`grader.agent.check`)."""
+    from dataclasses import replace
+
     import torch
 
     from grader.agent.check import run_check
@@ -232,8 +285,6 @@ def _grade_estimate(
         repo, mode=mode, commit="HEAD", secret=secret,
         progress=sys.stderr if progress else None,
     )  # fmt: skip
-    from dataclasses import replace
-
     not_checked = [n for n in report.not_checked if not n.startswith("the other cases")]
     if mode is Mode.QUICK:
         not_checked.insert(0, "correctness on the cases not marked smoke: a CPU run checks the "
@@ -243,8 +294,8 @@ def _grade_estimate(
     if report.status.passed and mode is Mode.QUICK:
         steps.insert(0, "on the GPU this grade runs every case and times your block")
     report = replace(
-        report, workspace=record.workspace, source=f"submission #{record.id}, commit "
-        f"{record.commit[:12]}", not_checked=tuple(not_checked),
+        report, workspace=sub.origin, source=f"submission #{sub.id}, commit {sub.commit[:12]}",
+        not_checked=tuple(not_checked),
         next_steps=tuple(steps) if report.status.passed else report.next_steps,
     )  # fmt: skip
     score = None
@@ -257,86 +308,149 @@ def _grade_estimate(
         "this score is an estimate; the operator's grade measures g in the same run.\n"
         + render(report)
     )
-    payload = {"kind": "local-estimate", "report": report.to_dict()}
-    return payload, text, report.status.value, score, report.exit_code
+    # No interval: the estimate's uncertainty is the published g's, which it cannot measure.
+    payload = _stored("local-estimate", report.to_dict(), status=report.status.value,
+                      score=score, reasons=report.reasons,
+                      profile=report.timing.profile if report.timing else None)  # fmt: skip
+    return payload, text, report.exit_code
 
 
 # ----------------------------------------------------------------------------- output
 
 
-def _score(record: SubmissionRecord) -> str:
-    if record.status is not SubmissionStatus.GRADED:
+def _latest(view: dict[str, Any]) -> dict[str, Any] | None:
+    """The submission's latest ordinary grade (what its state and score are)."""
+    ordinary = [g for g in view.get("grades", ()) if g["purpose"] == "grade"]
+    return ordinary[-1] if ordinary else None
+
+
+def _score(view: dict[str, Any]) -> str:
+    if view["state"] != "graded" or view["status"] == Status.GRADER_ERROR.value:
         return "-"
-    return "none (untimed)" if record.score is None else f"{record.score:.4f}"
+    return "none (untimed)" if view["score"] is None else f"{view['score']:.4f}"
 
 
-def render_list(records: Sequence[SubmissionRecord], best: SubmissionRecord | None) -> str:
+def _state(view: dict[str, Any]) -> str:
+    """``graded, checked_untimed, score none (untimed)``: where it stands and what it got."""
+    status = f", {view['status']}" if view["status"] else ""
+    return f"{view['state']}{status}, score {_score(view)}"
+
+
+def render_list(views: Sequence[dict[str, Any]], best: dict[str, Any] | None) -> str:
     """One line per submission, oldest first, then the best."""
-    if not records:
+    if not views:
         return "no submissions yet: commit, then python -m grader submit --wait"
     lines = [f"{'id':>4}  {'submitted (UTC)':<25} {'commit':<12} {'status':<8} "
              f"{'result':<16} {'score':<14} note"]  # fmt: skip
-    for r in records:
+    for v in views:
         lines.append(
-            f"{r.id:>4}  {r.submitted_at:<25} {r.commit[:12]:<12} {r.status.value:<8} "
-            f"{(r.grade_status or '-'):<16} {_score(r):<14} {r.note}"
+            f"{v['id']:>4}  {v['submitted_at']:<25} {v['commit'][:12]:<12} {v['state']:<8} "
+            f"{(v['status'] or '-'):<16} {_score(v):<14} {v['note']}"
         )
     if best is not None:
-        lines.append(f"best: #{best.id} (commit {best.commit[:12]}), score {best.score:.4f}")
+        lines.append(f"best: #{best['id']} (commit {best['commit'][:12]}), score "
+                     f"{best['score']:.4f}")  # fmt: skip
     return "\n".join(lines)
 
 
-def _state(record: SubmissionRecord) -> str:
-    """``graded, checked_untimed, score none (untimed)``: where it stands and what it got."""
-    grade = f", {record.grade_status}" if record.grade_status else ""
-    return f"{record.status.value}{grade}, score {_score(record)}"
-
-
-def render_same_tree(record: SubmissionRecord, earlier: Sequence[SubmissionRecord]) -> str:
-    """The warning for a submission whose tree was already submitted (stored all the same)."""
-    named = "; ".join(f"#{r.id} ({_state(r)})" for r in earlier[-5:])
+def render_same_tree(view: dict[str, Any], earlier: Sequence[dict[str, Any]]) -> str:
+    """The warning for a local submission whose tree was already submitted (stored all the
+    same)."""
+    named = "; ".join(f"#{v['id']} ({_state(v)})" for v in earlier[-5:])
     more = f" and {len(earlier) - 5} earlier" if len(earlier) > 5 else ""
+    last = earlier[-1]["id"]
     return (
-        f"warning: #{record.id} has the same tree {record.tree[:12]} as {named}{more}: stored "
+        f"warning: #{view['id']} has the same tree {view['tree'][:12]} as {named}{more}: stored "
         f"anyway, but it is the same content (to submit a change, commit it first; python -m "
-        f"grader submit show {earlier[-1].id} shows #{earlier[-1].id})"
+        f"grader submit show {last} shows #{last})"
     )
 
 
-def render_record(record: SubmissionRecord, store: Store) -> str:
-    """A submission's facts and, once graded, its report."""
-    lines = [
-        f"submission #{record.id}: {_state(record)}",
-        f"  commit {record.commit}  tree {record.tree}  ({record.files} files)",
-        f"  archive sha256 {record.archive_sha256} ({record.archive_bytes} bytes)",
-        f"  from {record.workspace}",
-        f"  submitted {record.submitted_at}  started {record.started_at or '-'}  "
-        f"finished {record.finished_at or '-'}",
-    ]
-    if record.note:
-        lines.append(f"  note: {record.note}")
-    if record.status is SubmissionStatus.ERROR:
-        lines.append(f"  grading failed: {record.error}")
-        lines.append(f"next: python -m grader submit grade {record.id} grades it again")
-    raw = store.report_json(record.id)
-    if raw:
-        lines.append("")
-        lines.append(json.loads(raw).get("report_text", ""))
-    elif record.status is SubmissionStatus.QUEUED:
-        lines.append(f"next: python -m grader submit grade {record.id} grades it here")
+def report_text(raw: str) -> str:
+    """A stored report for people: the text a local grade kept, a `GradeReport` as its table,
+    else the JSON's status, score and reasons."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+    if not isinstance(data, dict):
+        return raw
+    if isinstance(data.get("report_text"), str):
+        return data["report_text"]
+    try:
+        return render_table(GradeReport.from_dict(data))
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError):
+        pass
+    lines = [f"status: {data.get('status', '?')}    score: {data.get('score', '-')}"]
+    lines += [f"  - {reason}" for reason in data.get("reasons") or ()]
     return "\n".join(lines)
+
+
+def render_view(view: dict[str, Any], raw_report: str | None, *, local: bool) -> str:
+    """A submission's facts and, once graded, its report."""
+    grade = _latest(view) or {}
+    sid = view["id"]
+    lines = [
+        f"submission #{sid}: {_state(view)}",
+        f"  commit {view['commit']}  tree {view['tree']}  ({view['files']} files)",
+        f"  archive sha256 {view['archive_sha256']} ({view['archive_bytes']} bytes)",
+        f"  from {view['origin'] or '-'}",
+        f"  submitted {view['submitted_at']}  started {grade.get('started_at') or '-'}  "
+        f"finished {grade.get('finished_at') or '-'}",
+    ]
+    if view["note"]:
+        lines.append(f"  note: {view['note']}")
+    if not local and grade.get("gpu_name") and view["state"] == "graded":
+        lines.append(f"  graded on {grade['gpu_name']} by the operator's service")
+    if view["status"] == Status.GRADER_ERROR.value:
+        lines.append(f"  grading failed (not your submission's fault): {grade.get('reason')}")
+        lines.append(f"next: python -m grader submit grade {sid} grades it again" if local else
+                     "next: the operator's service gave up on it; tell the operator")
+    if raw_report and view["status"] != Status.GRADER_ERROR.value:
+        lines += ["", report_text(raw_report)]
+    elif view["state"] != "graded":
+        lines.append(f"next: python -m grader submit grade {sid} grades it here" if local else
+                     f"next: the operator's workers grade it; python -m grader submit show {sid} "
+                     "again later (or submit --wait) shows the report")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _best_line(best: dict[str, Any] | None) -> str:
+    return "none scored yet" if best is None else f"#{best['id']} with {best['score']:.4f}"
+
+
+def _exit_code(status: str | None) -> int:
+    try:
+        return int(ExitCode.for_status(Status(status)))
+    except ValueError:
+        return EXIT_STORE
+
+
+def _write_json(path: str, raw: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(json.loads(raw), indent=2) + "\n")
+    print(f"report written to {os.path.abspath(path)}")
+
+
+# ----------------------------------------------------------------------------- command line
 
 
 def _parser() -> argparse.ArgumentParser:
     store_opt = argparse.ArgumentParser(add_help=False)
-    store_opt.add_argument("--store", default=argparse.SUPPRESS, metavar="FILE",
-                           help="the SQLite store (default: $GRADER_STORE or ~/.local/share/...)")
+    store_opt.add_argument("--store", default=argparse.SUPPRESS, metavar="PATH",
+                           help="the local store: a directory, or an older SQLite file (default: "
+                                "$GRADER_STORE or ~/.local/share/dilated-block-task/store)")
     p = argparse.ArgumentParser(
         prog="python -m grader submit",
-        description="Submit your workspace's committed HEAD for grading, or look at submissions.",
+        description="Submit your workspace's committed HEAD for grading, or look at submissions. "
+        f"With {URL_ENV} and {TOKEN_ENV} set it goes to the operator's grading service; "
+        "otherwise to the local store, graded here.",
         parents=[store_opt],
     )
-    p.add_argument("--wait", action="store_true", help="grade it now and print the report")
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the grade and print the report (local: grade it now)")
+    p.add_argument("--timeout", type=float, default=_WAIT_TIMEOUT_S, metavar="S",
+                   help="with the service: how long --wait waits, in seconds (default 4 h)")
     p.add_argument("--allow-dirty", action="store_true",
                    help="send HEAD even though there are uncommitted changes (they are left out)")
     p.add_argument("--note", default="", help="a note stored with the submission")
@@ -348,7 +462,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("id", type=int)
     show.add_argument("--json", metavar="FILE", help="write its stored report JSON here")
     grade = sub.add_parser("grade", parents=[store_opt],
-                           help="local worker: grade submission ID, or every queued one")
+                           help="local store only: grade submission ID, or every queued one")
     grade.add_argument("id", type=int, nargs="?")
     return p
 
@@ -356,14 +470,22 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        store = Store(getattr(args, "store", None))
+        client = client_from_env()
+    except ValueError as exc:
+        print(f"submit: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    if client is not None:
+        return _remote(args, client)
+    path = Path(args.store).expanduser() if "store" in args else default_store_path()
+    try:
+        store = Store(path)
     except StoreError as exc:
         print(f"submit: {exc}", file=sys.stderr)
         return EXIT_STORE
     with store:
         try:
-            return _dispatch(args, store)
-        except UnknownSubmission as exc:
+            return _local(args, store, path)
+        except Unknown as exc:
             print(f"submit: {exc}; python -m grader submit list shows them", file=sys.stderr)
             return EXIT_REFUSED
         except (StoreError, ConfigError) as exc:
@@ -371,89 +493,189 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_STORE
 
 
-def _dispatch(args: argparse.Namespace, store: Store) -> int:
-    if args.command == "list":
-        print(render_list(store.list(), store.best()))
-        return EXIT_OK
-    if args.command == "show":
-        record = store.get(args.id)
-        print(render_record(record, store))
-        if args.json:
-            raw = store.report_json(record.id)
-            if raw is None:
-                print(f"submission {record.id} has no report yet ({record.status.value})")
-                return EXIT_REFUSED
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(json.loads(raw), indent=2) + "\n")
-            print(f"report written to {os.path.abspath(args.json)}")
-        return EXIT_OK
-    if args.command == "grade":
-        return _grade_command(store, args.id, progress=not args.quiet)
-
-    try:
-        record, left_out = submit(
-            args.workspace, store=store, allow_dirty=args.allow_dirty, note=args.note
-        )
-    except Refused as exc:
+def _refused(exc: Refused | SubmissionError) -> int:
+    """Say why the tree was not sent; the exit status."""
+    if isinstance(exc, Refused):
         print(f"submit: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    except SubmissionError as exc:
-        print(f"submit: the committed tree cannot be a submission: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    print(
-        f"submitted #{record.id}: commit {record.commit[:12]} (tree {record.tree[:12]}), "
-        f"{record.files} files, archive {record.archive_bytes} bytes sha256 "
-        f"{record.archive_sha256[:16]}…, stored in {store.path}"
-    )
+    print(f"submit: the committed tree cannot be a submission: {exc}", file=sys.stderr)
+    return EXIT_INVALID
+
+
+def _left_out(left_out: Sequence[str]) -> None:
     if left_out:
         print(f"note: {len(left_out)} uncommitted change(s) were NOT sent: "
               + ", ".join(line[3:] for line in left_out[:6]))
+
+
+# ------------------------------------------------------------------ the local store
+
+
+def _local_report(store: Store, submission_id: int) -> str | None:
+    done = [g for g in store.grades(submission_id) if g.purpose == "grade" and g.report_sha256]
+    return store.report(done[-1]) if done else None
+
+
+def _local(args: argparse.Namespace, store: Store, path: Path) -> int:
+    if args.command == "list":
+        best = store.best(LOCAL_RUN)
+        print(render_list([submission_view(store, s) for s in store.submissions(LOCAL_RUN)],
+                          submission_view(store, best[0]) if best else None))  # fmt: skip
+        return EXIT_OK
+    if args.command == "show":
+        view = submission_view(store, store.submission(args.id))
+        raw = _local_report(store, args.id)
+        print(render_view(view, raw, local=True))
+        if args.json:
+            if raw is None:
+                print(f"submission {args.id} has no report yet ({view['state']})")
+                return EXIT_REFUSED
+            _write_json(args.json, raw)
+        return EXIT_OK
+    if args.command == "grade":
+        return _grade_command(store, path, args.id, progress=not args.quiet)
+
+    try:
+        record, left_out = submit(args.workspace, store=store, allow_dirty=args.allow_dirty,
+                                  note=args.note)  # fmt: skip
+    except (Refused, SubmissionError) as exc:
+        return _refused(exc)
+    print(
+        f"submitted #{record.id}: commit {record.commit[:12]} (tree {record.tree[:12]}), "
+        f"{record.files} files, archive {record.archive_bytes} bytes sha256 "
+        f"{record.archive_sha256[:16]}…, stored in {path}"
+    )
+    _left_out(left_out)
     # A warning, not a refusal: regrading the same tree is legitimate (timing noise, a grading
     # error), but usually it means the change that was meant to go was never committed.
-    earlier = [r for r in store.with_tree(record.tree) if r.id != record.id]
+    earlier = [submission_view(store, s) for s in store.submissions(LOCAL_RUN)
+               if s.tree == record.tree and s.id != record.id]  # fmt: skip
     if earlier:
-        print(render_same_tree(record, earlier))
+        print(render_same_tree(submission_view(store, record), earlier))
     if not args.wait:
         print(f"queued. next: python -m grader submit grade {record.id} grades it here (or "
               f"submit with --wait); python -m grader submit show {record.id} shows its report")
         return EXIT_OK
     print(f"grading #{record.id} (this takes a while; progress on stderr)...", flush=True)
-    return _grade_command(store, record.id, progress=not args.quiet)
+    return _grade_command(store, path, record.id, progress=not args.quiet)
 
 
-def _grade_command(store: Store, submission_id: int | None, *, progress: bool) -> int:
+def _grade_command(store: Store, path: Path, submission_id: int | None, *, progress: bool) -> int:
     if submission_id is not None:
-        record = store.get(submission_id)
-        if record.status is SubmissionStatus.ERROR:
-            store.requeue(submission_id)
-        elif record.status is not SubmissionStatus.QUEUED:
-            print(f"submission {submission_id} is already {record.status.value}; "
+        view = submission_view(store, store.submission(submission_id))
+        if view["status"] == Status.GRADER_ERROR.value:
+            store.regrade(submission_id, max_attempts=_LOCAL_ATTEMPTS)
+        elif view["state"] != "queued":
+            print(f"submission {submission_id} is already {view['state']}; "
                   f"python -m grader submit show {submission_id} shows it")
-            return EXIT_OK if record.status is SubmissionStatus.GRADED else EXIT_REFUSED
+            return EXIT_OK if view["state"] == "graded" else EXIT_REFUSED
+        ahead = [s.id for s in store.submissions(LOCAL_RUN) if s.id < submission_id
+                 and submission_view(store, s)["state"] == "queued"]  # fmt: skip
+        if ahead:
+            print(f"the queue is graded in order: first the {len(ahead)} queued before "
+                  f"#{submission_id} (" + ", ".join(f"#{i}" for i in ahead) + ")")
     code = EXIT_OK
     graded_any = False
-    while True:
-        graded = grade_submission(store, submission_id, progress=progress)
-        if graded is None:
-            break
+    for graded in grade_queued(store, path, submission_id, progress=progress):
         graded_any = True
-        print(render_record(graded.record, store) if graded.record.status is
-              SubmissionStatus.GRADED else graded.text)  # fmt: skip
+        ok = graded.view["status"] != Status.GRADER_ERROR.value
+        print(render_view(graded.view, _local_report(store, graded.view["id"]), local=True)
+              if ok else graded.text)  # fmt: skip
+        best = store.best(LOCAL_RUN)
         print(f"next: python -m grader submit list shows every submission; best = "
-              f"{_best_line(store)}")
+              f"{_best_line(submission_view(store, best[0]) if best else None)}")
         code = graded.exit_code
-        if submission_id is not None:
-            break
     if not graded_any:
         print("nothing queued to grade")
     return code
 
 
-def _best_line(store: Store) -> str:
-    best = store.best()
-    if best is None:
-        return "none scored yet"
-    return f"#{best.id} with {best.score:.4f}"
+# ------------------------------------------------------------------ the operator's service
+
+
+def _remote(args: argparse.Namespace, client: Client) -> int:
+    if "store" in args:
+        print(f"submit: --store names the local store, but {URL_ENV} and {TOKEN_ENV} are set: "
+              f"submissions go to the operator's service at {client.url}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.command == "grade":
+        print(f"submit: grade runs here with the local store only; {URL_ENV} is set, so the "
+              f"operator's workers grade your submissions on their GPUs. python -m grader submit "
+              f"show ID shows one's state and report; submit --wait waits for it",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_REFUSED
+    try:
+        return _remote_command(args, client)
+    except ClientError as exc:
+        print(f"submit: {_explain(exc, client)}", file=sys.stderr)
+        return EXIT_REFUSED if exc.status is not None and exc.status < 500 else EXIT_STORE
+    except ConfigError as exc:
+        print(f"submit: {exc}", file=sys.stderr)
+        return EXIT_STORE
+
+
+def _explain(exc: ClientError, client: Client) -> str:
+    if exc.status == 401:
+        return (f"the grading service at {client.url} refused {TOKEN_ENV}: {exc.server_error} "
+                f"(HTTP 401). {TOKEN_ENV} must be the token the operator gave you for your run.")
+    if exc.status == 403:
+        return (f"{exc.server_error} (HTTP 403 from {client.url}): {TOKEN_ENV} reaches only "
+                "your own run's submissions (python -m grader submit list shows them)")
+    return str(exc)
+
+
+def _remote_command(args: argparse.Namespace, client: Client) -> int:
+    if args.command == "list":
+        print(render_list(client.submissions(), client.best()))
+        return EXIT_OK
+    if args.command == "show":
+        view = client.submission(args.id)
+        raw = client.report(args.id) if view["state"] == "graded" else None
+        print(render_view(view, raw, local=False))
+        if args.json:
+            if raw is None:
+                print(f"submission {args.id} has no report yet ({view['state']})")
+                return EXIT_REFUSED
+            _write_json(args.json, raw)
+        return EXIT_OK
+
+    try:
+        sent = prepare(args.workspace, allow_dirty=args.allow_dirty)
+    except (Refused, SubmissionError) as exc:
+        return _refused(exc)
+    view, new = client.upload(sent.archive, sent.commit, args.note)
+    sid = view["id"]
+    if new:
+        print(f"submitted #{sid}: commit {sent.commit[:12]} (tree {sent.tree[:12]}), "
+              f"{sent.files} files, archive {len(sent.archive)} bytes, sent to {client.url} "
+              f"(run {view['run']})")
+    else:
+        print(f"already submitted as #{sid}: the service keeps one submission per tree, and "
+              f"tree {sent.tree[:12]} (commit {sent.commit[:12]}) is #{sid}'s "
+              f"({_state(view)}); to submit a change, commit it first")
+    _left_out(sent.left_out)
+    if not args.wait:
+        print(f"queued on the operator's service. next: python -m grader submit show {sid} shows "
+              "its state and report (or submit with --wait)")
+        return EXIT_OK
+    if view["state"] != "graded":
+        print(f"waiting for #{sid} to be graded on the operator's GPUs (up to {args.timeout:g} s"
+              f"{'' if args.quiet else '; progress on stderr'})...", flush=True)
+
+    def said(v: dict[str, Any]) -> None:
+        if not args.quiet:
+            print(f"#{sid}: {v['state']}", file=sys.stderr, flush=True)
+
+    view = client.wait(sid, args.timeout, on_change=said)
+    if view["state"] != "graded":
+        print(f"submit: #{sid} is still {view['state']} after {args.timeout:g} s; the service "
+              f"goes on: python -m grader submit show {sid} shows the report once it is graded",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_PENDING
+    print(render_view(view, client.report(sid), local=False))
+    print(f"next: python -m grader submit list shows every submission; best = "
+          f"{_best_line(client.best())}")
+    return _exit_code(view["status"])
 
 
 if __name__ == "__main__":

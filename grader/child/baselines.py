@@ -148,7 +148,7 @@ def main() -> int:
     # findings unread), so what the guard's hooks cost a step is the same for every block. On an
     # H200 without it the submission's steps cost 0.2-0.3 ms more around their windows than
     # the reference's, the same code (bench/results/trust-h200-2026-12-01).
-    import grader.child_rules as rules
+    import grader.child.rules as rules
 
     guard = rules.Guard(Path.cwd(), ())
     guard.install()

@@ -15,14 +15,14 @@ Use (one per process, started before any submission code is imported)::
     mark = census.mark("forward:case")  # a fresh nonce; send mark.commit to the parent first
     with mark:                          # the step's range: 'grader.step:<label>#<nonce>'
         out = block(x)
-    for summary in census.collect():    # at fixed points (an item's end): stop, read, restart
+    for summary in census.collect():    # at fixed points (between items): stop, read, restart
         send(summary.to_json())
 
 Always on: the profiler runs from `Census.start` on, through the warm-up, the import and every
-step, and `Census.collect` stops and restarts it at the same fixed points (the gate: after every
-item; timing: at every audit, in both processes), so nothing the submission can observe tells one
-step from another (the kineto profiler hands out its events only when stopped; a stop at fixed
-points is the price).
+step, and `Census.collect` stops and restarts it at the same fixed points (the gate: between
+items, every few items; timing: at every audit, in both processes), so nothing the submission can
+observe tells one step from another (the kineto profiler hands out its events only when stopped;
+a stop at fixed points is the price).
 
 Tamper evidence, not tamper proof (the submission shares this process): the census reports in
 `StepSummary.tampered` a profiler found stopped or restarted, a step's range missing or repeated,
@@ -55,6 +55,36 @@ from typing import Any
 import torch
 from torch._C._profiler import ProfilerState, _ExperimentalConfig
 from torch.autograd import ProfilerActivity, ProfilerConfig
+
+# aten ops (overload packet names) that are PyTorch convolutions, normalizations or variances.
+FORBIDDEN_OPS = frozenset(
+    {
+        "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc",
+        "convolution_backward", "_convolution_double_backward", "convolution_overrideable",
+        "cudnn_convolution", "cudnn_convolution_transpose", "mkldnn_convolution",
+        "miopen_convolution", "miopen_depthwise_convolution", "_conv_depthwise2d",
+        "conv_depthwise3d", "slow_conv_dilated2d", "slow_conv_dilated3d", "_slow_conv2d_forward",
+        "_slow_conv2d_backward", "slow_conv3d_forward", "thnn_conv2d",
+        "_nnpack_spatial_convolution",
+        "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+        "var", "var_mean", "std", "std_mean",
+        "layer_norm", "native_layer_norm", "native_layer_norm_backward",
+        "group_norm", "native_group_norm", "native_group_norm_backward",
+        "batch_norm", "native_batch_norm", "native_batch_norm_backward", "_batch_norm_impl_index",
+        "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+        "_batch_norm_with_update", "batch_norm_backward", "cudnn_batch_norm",
+        "cudnn_batch_norm_backward", "miopen_batch_norm", "instance_norm", "rms_norm",
+        "_fused_rms_norm", "_fused_rms_norm_backward",
+    }
+)  # fmt: skip
+
+# Reductions that, over a tensor as large as the block's activation, are a normalization (or
+# its backward) done in PyTorch. The MLP needs none: its weight gradients are matmuls.
+# `is_reduction` adds the families of `_REDUCTION_FAMILY` (losses, pools, scatter-adds...).
+REDUCTION_OPS = frozenset(
+    {"sum", "mean", "nansum", "nanmean", "prod", "norm", "linalg_vector_norm", "logsumexp",
+     "cumsum", "amax", "amin", "aminmax", "max", "min", "var", "std", "var_mean", "std_mean"}
+)  # fmt: skip
 
 MARKER_PREFIX = "grader.step:"
 """Every marked step is a profiler range named ``grader.step:<label>#<nonce>``."""
@@ -397,7 +427,7 @@ class Census:
     def collect(self, read: bool = True) -> list[StepSummary]:
         """The summaries of the steps marked since the last call, in order.
 
-        Call it at the same fixed points for every step (the gate: after each item; timing: at
+        Call it at the same fixed points for every step (the gate: between items; timing: at
         each audit), so every step sees the profiler stopped and restarted alike. It
         synchronizes the GPU first (the step's kernels are then recorded), stops the profiler,
         restarts it and reads the events; it never raises for what it finds (that is reported).

@@ -14,7 +14,7 @@ Order of events:
 2. A warm-up of what torch and Triton start on first use (the frozen block, a Triton kernel in an
    autograd.Function, low-precision matmuls), so those threads are not the submission's; the
    grader's, the task's and the reference's modules leave ``sys.modules``; the rule guard
-   (`grader.child_rules.Guard`) is installed and takes its baselines; the task limit is armed.
+   (`grader.child.rules.Guard`) is installed and takes its baselines; the task limit is armed.
 3. Commands, one at a time: ``attach`` maps the baselines process's slab; ``go`` with block
    ``cal``, only until the import, runs a step of the harness's own plain block (built in 2.,
    before the guard's baselines): what the harness costs a step in this process; ``load`` imports
@@ -90,7 +90,7 @@ def _live_children() -> list[int]:
 def _warm_up(device: str) -> None:
     """What torch and Triton start on first use (autograd's device thread, cuBLAS handles, the
     Triton compiler, a dispatch mode's lazy imports), before the guard's baselines."""
-    from grader.child_gate import _warm_up as gate_warm_up
+    from grader.child.gate import _warm_up as gate_warm_up
 
     gate_warm_up(torch.device(device))
 
@@ -234,7 +234,7 @@ def main() -> int:
     census = Census(device)
     census.start()
     _warm_up(device)
-    import grader.child_rules as rules
+    import grader.child.rules as rules
     from task.model import DilatedResidualBlock as HarnessBlock
 
     # The harness's own block per shape, for the calibration steps, built before the guard

@@ -9,7 +9,7 @@ rule guard's introspection events do not see it (CPython raises only ``object.__
 takes: the parent's bandwidth floor rejects it, and before that its own clock (the window is
 shorter than the step's go → done allows). A guard that also watches ``tb_frame`` access
 catches it earlier, as introspection; each verdict is a catch.
-Expected: implausible (parent's clock allows) or implausible (physically possible) or rule_broken (introspection)
+Expected: implausible (than both baselines') or implausible (physically possible) or rule_broken (introspection)
 """
 
 import torch

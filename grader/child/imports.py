@@ -17,7 +17,7 @@ calls ``pkgutil.resolve_name`` is the one asking), as are frames of code compile
 (``exec``: whoever ran it); the first frame left decides. Under the submission's directory: the
 submission's. Anything else (torch, triton, numpy and what they import lazily, the harness): not.
 
-Installed by `grader.child_rules.Guard.install` before the guard takes its baselines, so replacing
+Installed by `grader.child.rules.Guard.install` before the guard takes its baselines, so replacing
 a wrapper or the finder's ``find_spec`` is a patched attribute the guard reports, and
 `ImportWatch.tampering` reports a finder no longer first. Tamper-evident like the rest of the
 guard, not tamper-proof: see `ImportWatch` for what it cannot see.

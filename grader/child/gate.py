@@ -1,13 +1,15 @@
 """Child harness of the correctness gate: imports the submission and runs it, item by item.
 
-Run by the parent (``grader/gate.py``) as ``python -I grader/child_gate.py REPO JOB`` in the
+Run by the parent (``grader/gate.py``) as ``python -I grader/child/gate.py REPO JOB`` in the
 child's copy of the submitted tree. It never sees the secret seed or any ground truth; it gets
 one item's inputs at a time as a file the parent writes just before it says ``go``, and sends
 the outputs back in the item's ``item_done`` frame. Protocol:
 
     child  → parent (channel): armed | load_failed | ready | item_start | item_done | item_failed
-                               | finding (at any time) | census (before each step; after each item)
-    parent → child  (stdin):   "key <hex>\\n" (first) | "armed\\n" | "go <index>\\n" | "end\\n"
+                               | finding (at any time)
+                               | census (before each step; after an item marked ``census``)
+    parent → child  (stdin):   "key <hex>\\n" (first) | "armed\\n" | "go <index>[ census]\\n"
+                               | "end\\n"
 
 ``armed`` comes once, after the warm-up and before the submission is imported: the parent counts
 the child's threads then (its task limit counts only what the submission adds) and starts the
@@ -50,7 +52,7 @@ from grader.child.channel import (  # noqa: E402
     pin_pools,
     tensor_blob,
 )
-from grader.child_rules import Finding, Guard  # noqa: E402
+from grader.child.rules import Finding, Guard  # noqa: E402
 from task.model import DilatedResidualBlock as FrozenBlock  # noqa: E402
 
 PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
@@ -83,7 +85,7 @@ def _warm_up(device: torch.device) -> None:
     what a submission's step runs: the frozen block, and an autograd.Function launching a Triton
     kernel, once under a dispatch mode (that is when torch imports Dynamo, which a submission's
     own dispatch mode would otherwise do later). The census is already on (`Harness`)."""
-    from grader.child_rules import _OpLog
+    from grader.child.rules import _OpLog
 
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         block = FrozenBlock(16, dilation=2).to(device)
@@ -221,12 +223,13 @@ class Harness:
             if not command or command[0] == "end":
                 break
             index = int(command[1])
+            read_census = command[2:] == ["census"]
             item = self.job["items"][index]
             self.channel.send("item_start", index=index, name=item["name"])
             start = time.monotonic()
             before = len(self.guard.findings)
             try:
-                meta, blobs = self.run_item(index, item)
+                meta, blobs = self.run_item(index, item, read_census)
             except BaseException as exc:  # noqa: BLE001
                 oom, fault = _is_oom(exc), _is_cuda_fault(exc)
                 self.channel.send(
@@ -248,6 +251,9 @@ class Harness:
                               wall_s=time.monotonic() - start)
             del blobs
             if len(self.guard.findings) > before and self.job.get("stop_on_violation", True):
+                if not read_census:
+                    # The steps since the last read are judged too before the child stops.
+                    self._send_census()
                 self._exit(ChildExit.RULE_VIOLATION)
         self._exit(ChildExit.OK)
 
@@ -316,18 +322,22 @@ class Harness:
         with mark:
             return step()
 
-    def run_item(self, index: int, item: dict[str, Any]) -> tuple[dict[str, Any],
-                                                                   list[tuple[str, Blob]]]:
+    def run_item(self, index: int, item: dict[str, Any], read_census: bool
+                 ) -> tuple[dict[str, Any], list[tuple[str, Blob]]]:  # fmt: skip
         """Run one item; its facts and its outputs as immutable bytes, taken before any more
-        submission code runs (the block and its tensors die only after). Then, also when it
-        raised, the census of its steps: the fixed point of every item, where the profiler
-        stops, is read and restarts (once per item, not per step: a restart costs 0.3-0.5 s on
-        an H200, and per step they were 70-80 s of a grade)."""
+        submission code runs (the block and its tensors die only after). Then, where the parent
+        asked (``go <index> census``: every few items, `grader.gate.CENSUS_EVERY`), also when it
+        raised, the census of every step since the last read: the profiler stops, is read and
+        restarts there, between items, never inside one."""
         try:
             return self._run_item(index, item)
         finally:
-            for summary in self.census.collect():
-                self.channel.send("census", summary=summary.to_json())
+            if read_census:
+                self._send_census()
+
+    def _send_census(self) -> None:
+        for summary in self.census.collect():
+            self.channel.send("census", summary=summary.to_json())
 
     def _run_item(self, index: int, item: dict[str, Any]) -> tuple[dict[str, Any],
                                                                      list[tuple[str, Blob]]]:

@@ -1,0 +1,592 @@
+"""The one store of runs, submissions and grades: a SQLite file (WAL) and content-addressed blobs.
+
+    DIR/grader.sqlite        runs, submissions, grades (the queue is the grades not yet done)
+    DIR/blobs/ab/abcdef…     archives and reports, named by their sha256, written atomically
+    DIR/operator.token       the operator's bearer token, made on first use (mode 0600)
+
+Used by the service (`grader.service.http`, the workers, ``python -m grader run …``) and by the
+agent's local ``python -m grader submit`` (run ``local``). Several processes on one host may share
+a store: every write is one transaction, and a claim is ``BEGIN IMMEDIATE`` (not over a network
+filesystem: SQLite's locks need a local one).
+
+A grade is a job: ``queued`` → ``running`` (a worker holds a lease and renews it) → ``done`` (a
+report is stored, whatever its verdict). A worker that dies lets its lease expire and the grade is
+queued again; after ``max_attempts`` the grade is done as ``grader_error`` with why. A late
+worker's report is refused: `finish` checks the worker and attempt that claimed the grade.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import sqlite3
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from grader.service.records import Device, Grade, GradeState, Job, Limits, Run, Submission
+
+SCHEMA_VERSION = 2
+DB_NAME = "grader.sqlite"
+LOCAL_RUN = "local"  # the agent's own run when it submits without a service
+
+_SCHEMA = """
+CREATE TABLE runs (
+    id                TEXT    PRIMARY KEY,
+    name              TEXT    NOT NULL,
+    created_at        TEXT    NOT NULL,
+    token_sha256      TEXT    NOT NULL UNIQUE,
+    max_per_hour      INTEGER NOT NULL,
+    max_upload_bytes  INTEGER NOT NULL
+);
+CREATE TABLE submissions (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id          TEXT    NOT NULL REFERENCES runs (id),
+    commit_id       TEXT    NOT NULL,
+    tree_id         TEXT    NOT NULL,
+    note            TEXT    NOT NULL DEFAULT '',
+    origin          TEXT    NOT NULL DEFAULT '',
+    files           INTEGER NOT NULL,
+    archive_sha256  TEXT    NOT NULL,
+    archive_bytes   INTEGER NOT NULL,
+    submitted_at    TEXT    NOT NULL,
+    submitted_ts    REAL    NOT NULL
+);
+CREATE INDEX submissions_run_tree ON submissions (run_id, tree_id);
+CREATE TABLE grades (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    submission_id   INTEGER NOT NULL REFERENCES submissions (id),
+    purpose         TEXT    NOT NULL CHECK (purpose IN ('grade', 'final')),
+    state           TEXT    NOT NULL CHECK (state IN ('queued', 'running', 'done')),
+    gpu_kind        TEXT,
+    allow_same_gpu  INTEGER NOT NULL DEFAULT 0,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    max_attempts    INTEGER NOT NULL,
+    worker          TEXT,
+    lease_until     REAL,
+    queued_at       TEXT    NOT NULL,
+    started_at      TEXT,
+    finished_at     TEXT,
+    gpu_name        TEXT,
+    gpu_uuid        TEXT,
+    profile         TEXT,
+    status          TEXT,
+    score           REAL,
+    score_low       REAL,
+    score_high      REAL,
+    reason          TEXT,
+    report_sha256   TEXT,
+    grader_version  TEXT,
+    history         TEXT    NOT NULL DEFAULT '[]'
+);
+CREATE INDEX grades_queue ON grades (state, id);
+CREATE INDEX grades_submission ON grades (submission_id);
+"""
+
+_SUBMISSION = (
+    "id, run_id, commit_id, tree_id, note, origin, files, archive_sha256, archive_bytes, "
+    "submitted_at"
+)
+
+
+class StoreError(RuntimeError):
+    """The store is unreadable, a row is missing, or a blob does not match its hash."""
+
+
+class Unknown(StoreError):
+    """No run, submission or grade has that id."""
+
+
+class LimitExceeded(StoreError):
+    """A run's rate or size limit refused a submission (HTTP 429 or 413)."""
+
+    def __init__(self, message: str, http_status: int) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- migrations
+
+
+def _create(db: sqlite3.Connection) -> None:
+    """The current schema, statement by statement (``executescript`` would commit the open
+    transaction first, and a migration must be all or nothing)."""
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+def _migrate_v1(db: sqlite3.Connection, store: Store) -> None:
+    """v1 (the agent's local store before the service): one ``submissions`` table with the
+    archive and report inside. Its rows become run ``local``'s, its archives and reports blobs."""
+    db.execute("ALTER TABLE submissions RENAME TO submissions_v1")
+    _create(db)
+    rows = db.execute("SELECT * FROM submissions_v1 ORDER BY id").fetchall()
+    if rows:
+        store._insert_run(db, LOCAL_RUN, LOCAL_RUN, Limits(max_per_hour=1 << 30))
+    for r in rows:
+        archive = bytes(r["archive"])
+        store._put_blob(archive)
+        db.execute(
+            "INSERT INTO submissions (id, run_id, commit_id, tree_id, note, origin, files, "
+            "archive_sha256, archive_bytes, submitted_at, submitted_ts) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (r["id"], LOCAL_RUN, r["commit_id"], r["tree_id"], r["note"], r["workspace"],
+             r["files"], sha256(archive), len(archive), r["submitted_at"], 0.0),
+        )  # fmt: skip
+        report = r["report_json"]
+        state = {"graded": "done", "error": "done", "grading": "queued"}.get(r["status"], "queued")
+        status = r["grade_status"] if r["status"] == "graded" else None
+        if r["status"] == "error":
+            status = "grader_error"
+        db.execute(
+            "INSERT INTO grades (submission_id, purpose, state, max_attempts, worker, queued_at, "
+            "started_at, finished_at, status, score, reason, report_sha256) "
+            "VALUES (?, 'grade', ?, 3, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (r["id"], state, r["worker"], r["submitted_at"], r["started_at"], r["finished_at"],
+             status, r["score"], r["error"],
+             store._put_blob(report.encode()) if report else None),
+        )  # fmt: skip
+    db.execute("DROP TABLE submissions_v1")
+
+
+# version → the step that brings a store of that version to the next one. A new store is made at
+# SCHEMA_VERSION at once.
+_MIGRATIONS = {1: _migrate_v1}
+
+
+# ----------------------------------------------------------------------------- the store
+
+
+class Store:
+    """The store at ``path``: a directory (made if missing), or an existing SQLite file of an
+    older version (its blobs go beside it, in ``<file>.blobs``). One per process and thread."""
+
+    def __init__(self, path: str | Path) -> None:
+        path = Path(path).expanduser()
+        if path.is_file():
+            self.root, self.db_path = path.parent, path
+            self.blobs = path.parent / f"{path.name}.blobs"
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            self.root, self.db_path, self.blobs = path, path / DB_NAME, path / "blobs"
+        try:
+            self._db = sqlite3.connect(self.db_path, timeout=60.0, isolation_level=None,
+                                       check_same_thread=False)  # fmt: skip
+            self._db.row_factory = sqlite3.Row
+            # WAL: readers never block the writer; busy_timeout waits out a concurrent claim.
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=60000")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            with self._write() as db:
+                self._upgrade(db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the store {self.db_path}: {exc}") from exc
+
+    def _upgrade(self, db: sqlite3.Connection) -> None:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if version == 0 and not tables:
+            _create(db)
+        elif version > SCHEMA_VERSION:
+            raise StoreError(f"{self.db_path}: schema version {version} is newer than this "
+                             f"grader's {SCHEMA_VERSION}; upgrade the grader")
+        else:
+            while version < SCHEMA_VERSION:
+                step = _MIGRATIONS.get(version)
+                if step is None:
+                    raise StoreError(f"{self.db_path}: schema version {version} has no migration "
+                                     f"to {SCHEMA_VERSION} (tables {sorted(tables)})")
+                step(db, self)
+                version += 1
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (``IMMEDIATE``): two claims never interleave."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # ------------------------------------------------------------------ blobs
+
+    def _blob_path(self, digest: str) -> Path:
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise StoreError(f"not a sha256: {digest!r}")
+        return self.blobs / digest[:2] / digest
+
+    def _put_blob(self, data: bytes) -> str:
+        """Write ``data`` under its sha256 (once: a second write of the same bytes is a no-op).
+        Written to a temporary file, synced, then renamed: a reader never sees half a blob."""
+        digest = sha256(data)
+        path = self._blob_path(digest)
+        if path.is_file():
+            return digest
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return digest
+
+    def blob(self, digest: str) -> bytes:
+        """The bytes stored under ``digest``, checked against it."""
+        path = self._blob_path(digest)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise StoreError(f"blob {digest} is missing from {self.blobs}") from exc
+        if sha256(data) != digest:
+            raise StoreError(f"blob {path} has sha256 {sha256(data)}, not its name {digest}")
+        return data
+
+    # ------------------------------------------------------------------ runs and tokens
+
+    def operator_token(self) -> str:
+        """The operator's token, made on first use in ``operator.token`` (readable by its owner
+        only)."""
+        path = self.root / "operator.token"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path.read_text().strip()
+        token = secrets.token_urlsafe(32)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
+
+    def is_operator(self, token: str) -> bool:
+        return secrets.compare_digest(token.encode(), self.operator_token().encode())
+
+    @staticmethod
+    def _insert_run(db: sqlite3.Connection, run_id: str, name: str, limits: Limits) -> str:
+        token = secrets.token_urlsafe(32)
+        db.execute(
+            "INSERT INTO runs (id, name, created_at, token_sha256, max_per_hour, "
+            "max_upload_bytes) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, name, now_utc(), _token_hash(token), limits.max_per_hour,
+             limits.max_upload_bytes),
+        )  # fmt: skip
+        return token
+
+    def create_run(self, name: str, limits: Limits | None = None) -> tuple[Run, str]:
+        """A new run and its agent's token (shown once: the store keeps only its hash)."""
+        limits = limits or Limits()
+        if not name.strip():
+            raise StoreError("a run needs a name")
+        run_id = f"run-{secrets.token_hex(4)}"
+        with self._write() as db:
+            token = self._insert_run(db, run_id, name.strip(), limits)
+        return self.run(run_id), token
+
+    def local_run(self) -> Run:
+        """Run ``local``: the agent's submissions when no service is configured."""
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (LOCAL_RUN,)).fetchone() is None:
+                self._insert_run(db, LOCAL_RUN, LOCAL_RUN, Limits(max_per_hour=1 << 30))
+        return self.run(LOCAL_RUN)
+
+    def run(self, run_id: str) -> Run:
+        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            known = [r[0] for r in self._db.execute("SELECT id FROM runs ORDER BY created_at")]
+            raise Unknown(f"no run {run_id!r} in {self.root} (runs: {known or 'none'})")
+        return Run(row["id"], row["name"], row["created_at"],
+                   Limits(row["max_per_hour"], row["max_upload_bytes"]))  # fmt: skip
+
+    def run_of_token(self, token: str) -> Run | None:
+        row = self._db.execute("SELECT id FROM runs WHERE token_sha256 = ?",
+                               (_token_hash(token),)).fetchone()  # fmt: skip
+        return None if row is None else self.run(row["id"])
+
+    # ------------------------------------------------------------------ submissions
+
+    def add_submission(self, run_id: str, *, commit: str, tree: str, archive: bytes, files: int,
+                       note: str = "", origin: str = "", force: bool = False,
+                       max_attempts: int = 3) -> tuple[Submission, bool]:  # fmt: skip
+        """Store a submission of run ``run_id`` and queue its grade.
+
+        Returns the submission and whether it is new. The same tree already in the run is
+        returned as it is, not stored or graded again, unless ``force`` (the operator's call).
+
+        Raises:
+            LimitExceeded: The run's hourly rate or upload size.
+        """
+        run = self.run(run_id)
+        if len(archive) > run.limits.max_upload_bytes:
+            raise LimitExceeded(f"the archive is {len(archive)} bytes; run {run_id} takes at most "
+                                f"{run.limits.max_upload_bytes}", 413)  # fmt: skip
+        digest = self._put_blob(archive)  # before the transaction: an orphan blob is harmless
+        with self._write() as db:
+            if not force:
+                row = db.execute(f"SELECT {_SUBMISSION} FROM submissions WHERE run_id = ? AND "
+                                 "tree_id = ? ORDER BY id LIMIT 1", (run_id, tree)).fetchone()
+                if row is not None:
+                    return Submission._of(row), False
+            now = time.time()
+            recent = db.execute("SELECT COUNT(*) FROM submissions WHERE run_id = ? AND "
+                                "submitted_ts > ?", (run_id, now - 3600)).fetchone()[0]
+            if recent >= run.limits.max_per_hour:
+                raise LimitExceeded(f"run {run_id} has had {recent} submissions in the last hour; "
+                                    f"its limit is {run.limits.max_per_hour}", 429)
+            cursor = db.execute(
+                "INSERT INTO submissions (run_id, commit_id, tree_id, note, origin, files, "
+                "archive_sha256, archive_bytes, submitted_at, submitted_ts) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, commit, tree, note, origin, files, digest, len(archive), now_utc(), now),
+            )  # fmt: skip
+            sub_id = cursor.lastrowid
+            db.execute("INSERT INTO grades (submission_id, purpose, state, max_attempts, "
+                       "queued_at) VALUES (?, 'grade', 'queued', ?, ?)",
+                       (sub_id, max_attempts, now_utc()))  # fmt: skip
+        assert sub_id is not None
+        return self.submission(sub_id), True
+
+    def submission(self, submission_id: int) -> Submission:
+        row = self._db.execute(f"SELECT {_SUBMISSION} FROM submissions WHERE id = ?",
+                               (submission_id,)).fetchone()  # fmt: skip
+        if row is None:
+            last = self._db.execute("SELECT MAX(id) FROM submissions").fetchone()[0]
+            known = "the store has none" if last is None else f"ids go from 1 to {last}"
+            raise Unknown(f"no submission {submission_id} in {self.root} ({known})")
+        return Submission._of(row)
+
+    def submissions(self, run_id: str) -> list[Submission]:
+        rows = self._db.execute(f"SELECT {_SUBMISSION} FROM submissions WHERE run_id = ? "
+                                "ORDER BY id", (run_id,)).fetchall()  # fmt: skip
+        return [Submission._of(r) for r in rows]
+
+    def archive(self, submission_id: int) -> bytes:
+        return self.blob(self.submission(submission_id).archive_sha256)
+
+    # ------------------------------------------------------------------ grades
+
+    def grade(self, grade_id: int) -> Grade:
+        row = self._db.execute("SELECT * FROM grades WHERE id = ?", (grade_id,)).fetchone()
+        if row is None:
+            raise Unknown(f"no grade {grade_id} in {self.root}")
+        return Grade._of(row)
+
+    def grades(self, submission_id: int) -> list[Grade]:
+        rows = self._db.execute("SELECT * FROM grades WHERE submission_id = ? ORDER BY id",
+                                (submission_id,)).fetchall()  # fmt: skip
+        return [Grade._of(r) for r in rows]
+
+    def report(self, grade: Grade) -> str | None:
+        return None if grade.report_sha256 is None else self.blob(grade.report_sha256).decode()
+
+    def regrade(self, submission_id: int, max_attempts: int = 3) -> Grade:
+        """Queue another ordinary grade of a stored submission (the operator's call)."""
+        self.submission(submission_id)
+        with self._write() as db:
+            cursor = db.execute("INSERT INTO grades (submission_id, purpose, state, max_attempts, "
+                                "queued_at) VALUES (?, 'grade', 'queued', ?, ?)",
+                                (submission_id, max_attempts, now_utc()))  # fmt: skip
+        assert cursor.lastrowid is not None
+        return self.grade(cursor.lastrowid)
+
+    def best(self, run_id: str) -> tuple[Submission, Grade] | None:
+        """The run's submission with the highest score among its ordinary grades (the earliest
+        among equals), with that grade."""
+        row = self._db.execute(
+            "SELECT g.id FROM grades g JOIN submissions s ON s.id = g.submission_id "
+            "WHERE s.run_id = ? AND g.purpose = 'grade' AND g.state = 'done' "
+            "AND g.status = 'scored' ORDER BY g.score DESC, s.id ASC, g.id ASC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        grade = self.grade(row["id"])
+        return self.submission(grade.submission), grade
+
+    def request_final(self, run_id: str, *, allow_same_gpu: bool = False,
+                      max_attempts: int = 3) -> Grade:  # fmt: skip
+        """Queue the final regrade of the run's best submission: the same kind of GPU as its
+        grade, another UUID than every grade of it (unless ``allow_same_gpu``). A final already
+        queued, running or done for that submission is returned instead."""
+        best = self.best(run_id)
+        if best is None:
+            raise StoreError(f"run {run_id} has no scored submission to finalize")
+        submission, grade = best
+        with self._write() as db:
+            row = db.execute("SELECT id FROM grades WHERE submission_id = ? AND purpose = 'final' "
+                             "AND (state != 'done' OR status != 'grader_error') ORDER BY id DESC "
+                             "LIMIT 1", (submission.id,)).fetchone()  # fmt: skip
+            if row is not None:
+                return self.grade(row["id"])
+            cursor = db.execute(
+                "INSERT INTO grades (submission_id, purpose, state, gpu_kind, allow_same_gpu, "
+                "max_attempts, queued_at) VALUES (?, 'final', 'queued', ?, ?, ?, ?)",
+                (submission.id, grade.gpu_name, int(allow_same_gpu), max_attempts, now_utc()),
+            )  # fmt: skip
+        assert cursor.lastrowid is not None
+        return self.grade(cursor.lastrowid)
+
+    def final(self, run_id: str) -> Grade | None:
+        """The run's latest final regrade, whatever its state."""
+        row = self._db.execute(
+            "SELECT g.id FROM grades g JOIN submissions s ON s.id = g.submission_id "
+            "WHERE s.run_id = ? AND g.purpose = 'final' ORDER BY g.id DESC LIMIT 1", (run_id,),
+        ).fetchone()  # fmt: skip
+        return None if row is None else self.grade(row["id"])
+
+    # ------------------------------------------------------------------ the queue
+
+    def claim(self, worker: str, device: Device, lease_s: float) -> Job | None:
+        """Take the oldest grade this worker may run (finals first), or None.
+
+        A final needs a GPU of the kind its submission was graded on and, unless allowed, a UUID
+        none of its grades ran on. Expired leases are settled first (`expire_leases`).
+        """
+        self.expire_leases()
+        with self._write() as db:
+            row = db.execute(
+                "SELECT g.id FROM grades g WHERE g.state = 'queued' AND (g.purpose = 'grade' OR "
+                "(g.gpu_kind IS ? AND (g.allow_same_gpu OR NOT EXISTS (SELECT 1 FROM grades o "
+                "WHERE o.submission_id = g.submission_id AND o.id != g.id "
+                "AND o.gpu_uuid = ?)))) ORDER BY g.purpose = 'final' DESC, g.id LIMIT 1",
+                (device.name, device.uuid),
+            ).fetchone()  # fmt: skip
+            if row is None:
+                return None
+            db.execute("UPDATE grades SET state = 'running', worker = ?, attempts = attempts + 1, "
+                       "lease_until = ?, started_at = ? WHERE id = ?",
+                       (worker, time.time() + lease_s, now_utc(), row["id"]))  # fmt: skip
+        grade = self.grade(row["id"])
+        return Job(grade, self.submission(grade.submission), worker, grade.attempts, device)
+
+    def heartbeat(self, job: Job, lease_s: float) -> bool:
+        """Renew the lease; False when the job is no longer this worker's (its lease expired and
+        another attempt began, or it was settled)."""
+        with self._write() as db:
+            cursor = db.execute("UPDATE grades SET lease_until = ? WHERE id = ? AND state = "
+                                "'running' AND worker = ? AND attempts = ?",
+                                (time.time() + lease_s, job.grade.id, job.worker, job.attempt))
+        return cursor.rowcount == 1
+
+    def finish(self, job: Job, report_json: str) -> Grade:
+        """Store the report of a claimed grade: its status and score read from it, the device
+        the worker's (what the final's other-GPU rule compares).
+
+        Raises:
+            StoreError: The job is no longer this worker's attempt (the report is not stored).
+        """
+        report = json.loads(report_json)
+        timing = report.get("timing") or {}
+        ci = timing.get("score_ci") or (None, None)
+        digest = self._put_blob(report_json.encode())
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE grades SET state = 'done', finished_at = ?, lease_until = NULL, "
+                "status = ?, score = ?, score_low = ?, score_high = ?, reason = ?, "
+                "report_sha256 = ?, gpu_name = ?, gpu_uuid = ?, profile = ?, grader_version = ? "
+                "WHERE id = ? AND state = 'running' AND worker = ? AND attempts = ?",
+                (now_utc(), report.get("status"), report.get("score"), ci[0], ci[1],
+                 "; ".join(report.get("reasons") or ()) or None, digest, job.device.name,
+                 job.device.uuid, timing.get("profile"), report.get("grader_version"),
+                 job.grade.id, job.worker, job.attempt),
+            )  # fmt: skip
+        if cursor.rowcount != 1:
+            raise StoreError(f"grade {job.grade.id} attempt {job.attempt} is no longer "
+                             f"{job.worker}'s (now {self.grade(job.grade.id).state.value}, "
+                             f"attempt {self.grade(job.grade.id).attempts}); report not stored")
+        return self.grade(job.grade.id)
+
+    def fail(self, job: Job, reason: str) -> Grade:
+        """This attempt failed without a report (the executor broke, not the submission): queued
+        again, or past ``max_attempts`` done as ``grader_error`` with every attempt's reason."""
+        with self._write() as db:
+            row = db.execute("SELECT * FROM grades WHERE id = ? AND state = 'running' AND "
+                             "worker = ? AND attempts = ?",
+                             (job.grade.id, job.worker, job.attempt)).fetchone()  # fmt: skip
+            if row is not None:
+                self._settle_attempt(db, Grade._of(row), f"{job.worker}: {reason}")
+        return self.grade(job.grade.id)
+
+    def _settle_attempt(self, db: sqlite3.Connection, grade: Grade, reason: str) -> None:
+        history = [*grade.history, f"attempt {grade.attempts}: {reason}"]
+        if grade.attempts < grade.max_attempts:
+            db.execute("UPDATE grades SET state = 'queued', worker = NULL, lease_until = NULL, "
+                       "started_at = NULL, history = ? WHERE id = ?",
+                       (json.dumps(history), grade.id))  # fmt: skip
+            return
+        why = (f"grading failed {grade.attempts} times (the limit is {grade.max_attempts}); "
+               f"last: {reason}")
+        report = _error_report(why, history)
+        db.execute("UPDATE grades SET state = 'done', finished_at = ?, lease_until = NULL, "
+                   "status = 'grader_error', score = NULL, reason = ?, report_sha256 = ?, "
+                   "history = ? WHERE id = ?",
+                   (now_utc(), why, self._put_blob(report.encode()), json.dumps(history),
+                    grade.id))  # fmt: skip
+
+    def expire_leases(self) -> int:
+        """Settle every running grade whose lease ran out (its worker died or hung); how many."""
+        with self._write() as db:
+            rows = db.execute("SELECT * FROM grades WHERE state = 'running' AND lease_until < ?",
+                              (time.time(),)).fetchall()  # fmt: skip
+            for row in rows:
+                grade = Grade._of(row)
+                self._settle_attempt(db, grade, f"{grade.worker}: its lease expired (the worker "
+                                                "died or stopped renewing it)")
+        return len(rows)
+
+    def release_stale(self, worker: str) -> int:
+        """A worker that starts settles the grades it held before (it died with them)."""
+        with self._write() as db:
+            rows = db.execute("SELECT * FROM grades WHERE state = 'running' AND worker = ?",
+                              (worker,)).fetchall()  # fmt: skip
+            for row in rows:
+                self._settle_attempt(db, Grade._of(row), f"{worker} restarted while holding it")
+        return len(rows)
+
+    def queued(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM grades WHERE state != 'done'").fetchone()[0]
+
+
+def _error_report(reason: str, history: list[str]) -> str:
+    """A report of status ``grader_error`` for a grade no attempt could finish."""
+    return json.dumps({"status": "grader_error", "score": 0.0, "reasons": [reason, *history],
+                       "generated_at": now_utc()}, indent=2)  # fmt: skip
+
+
+__all__ = [
+    "DB_NAME", "LOCAL_RUN", "SCHEMA_VERSION", "Device", "Grade", "GradeState", "Job", "Limits",
+    "LimitExceeded", "Run", "Store", "StoreError", "Submission", "Unknown", "now_utc", "sha256",
+]  # fmt: skip

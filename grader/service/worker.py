@@ -1,0 +1,127 @@
+"""A worker: claims grades from the store, one at a time, and runs them on its one device.
+
+    python -m grader worker --store DIR (--gpu N | --cpu) [--once] [--name NAME]
+
+One worker per GPU. Its name defaults to ``<host>:<GPU UUID>`` (``<host>:cpu`` for the CPU), so a
+worker restarted on the same GPU finds the grades it held when it died and settles them at once;
+any other worker settles them when their lease expires. The lease is renewed while a grade runs.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+from grader.service.executors import Executor, ExecutorError, GradeRequest
+from grader.service.store import Device, Grade, Job, Store, StoreError
+
+
+def gpu_device(index: int) -> Device:
+    """GPU ``index`` as the grader's report names it (its name is the kind a final must match)."""
+    import torch
+
+    from grader.grade import system_info
+
+    if not torch.cuda.is_available() or not 0 <= index < torch.cuda.device_count():
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        raise ValueError(f"--gpu {index}: this host has {count} CUDA GPU(s)")
+    info = system_info(index)
+    uuid = info.gpu_uuid or f"{socket.gethostname()}:cuda:{index}"
+    return Device(name=info.gpu_name or "cuda", uuid=uuid, index=index)
+
+
+def cpu_device(name: str) -> Device:
+    """The CPU (the Triton interpreter, nothing timed). Each CPU worker is its own "device"."""
+    return Device(name="cpu", uuid=name, index=None)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker runs.
+
+    Attributes:
+        lease_s: How long a claim holds without renewal; renewed every ``lease_s / 3``.
+        poll_s: The wait between looks at an empty queue.
+        once: Exit when the queue has nothing this worker may take.
+    """
+
+    lease_s: float = 60.0
+    poll_s: float = 1.0
+    once: bool = False
+
+
+class Worker:
+    def __init__(self, store: Store, device: Device, executor: Executor, *, name: str,
+                 options: WorkerOptions = WorkerOptions(),
+                 log: TextIO = sys.stderr) -> None:  # fmt: skip
+        self.store = store
+        self.device = device
+        self.executor = executor
+        self.name = name
+        self.options = options
+        self.log = log
+
+    def say(self, text: str) -> None:
+        print(f"[worker {self.name}] {text}", file=self.log, flush=True)
+
+    def run(self, stop: Callable[[], bool] = lambda: False) -> int:
+        """Grade until ``stop()`` (or, with ``once``, until nothing is left); how many."""
+        stale = self.store.release_stale(self.name)
+        if stale:
+            self.say(f"settled {stale} grade(s) this worker held when it last stopped")
+        graded = 0
+        while not stop():
+            job = self.store.claim(self.name, self.device, self.options.lease_s)
+            if job is None:
+                if self.options.once:
+                    break
+                time.sleep(self.options.poll_s)
+                continue
+            self.grade(job)
+            graded += 1
+        return graded
+
+    def grade(self, job: Job) -> Grade:
+        label = (f"submission {job.submission.id} ({job.grade.purpose} {job.grade.id}, attempt "
+                 f"{job.attempt})")  # fmt: skip
+        self.say(f"grading {label} on {self.device.name} {self.device.uuid}")
+        renewed = time.monotonic()
+        lost = False
+
+        def alive() -> bool:
+            nonlocal renewed, lost
+            if time.monotonic() - renewed >= self.options.lease_s / 3:
+                lost = not self.store.heartbeat(job, self.options.lease_s)
+                renewed = time.monotonic()
+            return not lost
+
+        try:
+            request = GradeRequest(
+                archive=self.store.archive(job.submission.id), commit=job.submission.commit,
+                tree=job.submission.tree, final=job.grade.purpose == "final", device=self.device,
+                label=label,
+            )  # fmt: skip
+            report = self.executor.run(request, alive)
+        except (ExecutorError, StoreError, OSError) as exc:
+            self.say(f"{label} failed: {exc}")
+            return self.store.fail(job, str(exc))
+        try:
+            done = self.store.finish(job, report)
+        except StoreError as exc:  # the lease was lost meanwhile: another attempt owns it
+            self.say(str(exc))
+            return self.store.grade(job.grade.id)
+        except ValueError as exc:  # not JSON: the executor's fault
+            return self.store.fail(job, f"the report is not JSON: {exc}")
+        self.say(f"{label}: {done.status} score {done.score}")
+        return done
+
+
+def default_name(device: Device) -> str:
+    return f"{socket.gethostname()}:{device.uuid if device.index is not None else 'cpu'}"
+
+
+__all__ = ["Worker", "WorkerOptions", "cpu_device", "default_name", "gpu_device"]

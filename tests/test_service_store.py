@@ -1,0 +1,195 @@
+"""The service's store and queue, in one process on a real SQLite file: leases, bounded retries,
+fencing of a late worker, dedupe, a run's limits, the final's other-GPU rule, the gap flag."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from service_helpers import solution, tree_tar
+
+from grader.service import runs
+from grader.service.archive import UploadLimits, check_upload
+from grader.service.store import (
+    Device,
+    GradeState,
+    LimitExceeded,
+    Limits,
+    Store,
+    StoreError,
+    Unknown,
+)
+
+GPU_A = Device("NVIDIA H200", "GPU-aaaa", 0)
+GPU_B = Device("NVIDIA H200", "GPU-bbbb", 1)
+GPU_L4 = Device("NVIDIA L4", "GPU-cccc", 0)
+
+
+def _report(score: float, half: float = 0.01) -> str:
+    return json.dumps({"status": "scored", "score": score, "reasons": [],
+                       "grader_version": "test",
+                       "timing": {"profile": "h200", "score_ci": [score - half, score + half]}})
+
+
+def _add(store: Store, run: str, score: float, salt: str = "", **kw: object):  # type: ignore[no-untyped-def]
+    tree = check_upload(tree_tar(solution(score, salt)), UploadLimits())
+    sub, new = store.add_submission(run, commit="c" * 40, tree=tree.tree, archive=tree.archive,
+                                    files=len(tree.files), **kw)  # type: ignore[arg-type]
+    return sub, new
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "store")
+
+
+def test_claim_finish_and_fencing(store: Store) -> None:
+    run, _ = store.create_run("r")
+    sub, new = _add(store, run.id, 0.8)
+    assert new
+    job = store.claim("w1", GPU_A, lease_s=0.2)
+    assert job is not None and job.attempt == 1 and job.submission.id == sub.id
+    assert store.claim("w2", GPU_B, lease_s=0.2) is None  # one job, already held
+    time.sleep(0.3)
+    # w1's lease ran out: the next claim settles it and w2 takes attempt 2.
+    job2 = store.claim("w2", GPU_B, lease_s=30)
+    assert job2 is not None and job2.attempt == 2
+    assert not store.heartbeat(job, 30)
+    with pytest.raises(StoreError, match="no longer w1's"):
+        store.finish(job, _report(0.9))  # the late worker's report is refused
+    done = store.finish(job2, _report(0.8))
+    assert done.state is GradeState.DONE and done.score == 0.8 and done.gpu_uuid == "GPU-bbbb"
+    assert done.score_ci == (pytest.approx(0.79), pytest.approx(0.81))
+    assert "lease expired" in done.history[0]
+    assert json.loads(store.report(done) or "")["score"] == 0.8
+
+
+def test_retries_are_bounded_then_grader_error(store: Store) -> None:
+    run, _ = store.create_run("r")
+    _add(store, run.id, 0.8, max_attempts=2)
+    for attempt in (1, 2):
+        job = store.claim("w", GPU_A, lease_s=30)
+        assert job is not None and job.attempt == attempt
+        grade = store.fail(job, f"executor broke #{attempt}")
+    assert grade.state is GradeState.DONE and grade.status == "grader_error"
+    assert "failed 2 times" in (grade.reason or "") and "executor broke #2" in (grade.reason or "")
+    report = json.loads(store.report(grade) or "")
+    assert report["status"] == "grader_error" and "executor broke #1" in " ".join(report["reasons"])
+    assert store.claim("w", GPU_A, lease_s=30) is None
+
+
+def test_restarted_worker_settles_its_own_jobs(store: Store) -> None:
+    run, _ = store.create_run("r")
+    _add(store, run.id, 0.8)
+    assert store.claim("host:GPU-aaaa", GPU_A, lease_s=3600) is not None
+    assert store.release_stale("host:GPU-bbbb") == 0
+    assert store.release_stale("host:GPU-aaaa") == 1  # no hour-long wait for the lease
+    job = store.claim("host:GPU-aaaa", GPU_A, lease_s=30)
+    assert job is not None and job.attempt == 2
+
+
+def test_same_tree_is_not_graded_twice_unless_forced(store: Store) -> None:
+    run, _ = store.create_run("r")
+    other, _ = store.create_run("other")
+    first, new1 = _add(store, run.id, 0.8)
+    again, new2 = _add(store, run.id, 0.8)
+    assert new1 and not new2 and again.id == first.id
+    assert len(store.grades(first.id)) == 1
+    _, new3 = _add(store, other.id, 0.8)  # another run's own submission
+    forced, new4 = _add(store, run.id, 0.8, force=True)
+    assert new3 and new4 and forced.id != first.id
+
+
+def test_run_limits(store: Store) -> None:
+    run, _ = store.create_run("r", Limits(max_per_hour=2, max_upload_bytes=1 << 20))
+    _add(store, run.id, 0.1, "a")
+    _add(store, run.id, 0.2, "b")
+    with pytest.raises(LimitExceeded, match="2 submissions in the last hour") as exc:
+        _add(store, run.id, 0.3, "c")
+    assert exc.value.http_status == 429
+    small, _ = store.create_run("s", Limits(max_upload_bytes=10))
+    with pytest.raises(LimitExceeded, match="takes at most 10") as exc:
+        _add(store, small.id, 0.3)
+    assert exc.value.http_status == 413
+    assert len(store.submissions(run.id)) == 2 and store.submissions(small.id) == []
+
+
+def test_final_runs_on_another_gpu_of_the_same_kind(store: Store) -> None:
+    run, _ = store.create_run("r")
+    low, _ = _add(store, run.id, 0.7, "low")
+    best, _ = _add(store, run.id, 0.9, "best")
+    for _ in range(2):
+        job = store.claim("wa", GPU_A, lease_s=30)
+        assert job is not None
+        store.finish(job, _report(0.7 if job.submission.id == low.id else 0.9))
+    assert store.best(run.id)[0].id == best.id  # type: ignore[index]
+    final = store.request_final(run.id)
+    assert final.purpose == "final" and final.gpu_kind == "NVIDIA H200"
+    assert store.request_final(run.id).id == final.id  # asked twice: one final
+    assert store.claim("wa", GPU_A, lease_s=30) is None  # the GPU that graded it
+    assert store.claim("wl", GPU_L4, lease_s=30) is None  # another kind
+    job = store.claim("wb", GPU_B, lease_s=30)
+    assert job is not None and job.grade.id == final.id
+    store.finish(job, _report(0.95, half=0.01))
+    view = runs.final_view(store, store.grade(final.id))
+    # 0.95 vs 0.9 with half widths 0.01 each: beyond the joint ±0.014.
+    assert view["gap_flagged"] and view["gap"] == pytest.approx(0.05)
+    report = runs.run_report(store, run.id)
+    assert report["best"] == best.id and report["final"]["final"]["gpu_uuid"] == "GPU-bbbb"
+    assert "BEYOND" in runs.render_run_report(report)
+
+
+def test_final_on_the_same_gpu_only_when_allowed(store: Store) -> None:
+    run, _ = store.create_run("r")
+    _add(store, run.id, 0.9)
+    job = store.claim("wa", GPU_A, lease_s=30)
+    store.finish(job, _report(0.9))  # type: ignore[arg-type]
+    store.request_final(run.id, allow_same_gpu=True)
+    job = store.claim("wa", GPU_A, lease_s=30)
+    assert job is not None and job.grade.purpose == "final"
+    store.finish(job, _report(0.901))
+    view = runs.final_view(store, store.grade(job.grade.id))
+    assert view["submission"] == job.submission.id and not view["gap_flagged"]
+    assert view["final"]["gpu_uuid"] == view["grade"]["gpu_uuid"] == "GPU-aaaa"
+
+
+def test_finalize_needs_a_scored_submission(store: Store) -> None:
+    run, _ = store.create_run("r")
+    with pytest.raises(StoreError, match="no scored submission"):
+        store.request_final(run.id)
+    with pytest.raises(Unknown, match="no run 'nope'"):
+        store.run("nope")
+
+
+def test_tokens_are_per_run_and_stored_hashed(store: Store) -> None:
+    a, token_a = store.create_run("a")
+    b, token_b = store.create_run("b")
+    assert store.run_of_token(token_a).id == a.id  # type: ignore[union-attr]
+    assert store.run_of_token(token_b).id == b.id  # type: ignore[union-attr]
+    assert store.run_of_token("guess") is None
+    assert token_a.encode() not in store.db_path.read_bytes()
+    op = store.operator_token()
+    assert store.is_operator(op) and not store.is_operator(token_a)
+    assert (store.root / "operator.token").stat().st_mode & 0o077 == 0
+
+
+def test_blobs_are_checked_on_read(store: Store) -> None:
+    run, _ = store.create_run("r")
+    sub, _ = _add(store, run.id, 0.8)
+    path = store._blob_path(sub.archive_sha256)
+    path.write_bytes(b"tampered")
+    with pytest.raises(StoreError, match="has sha256"):
+        store.archive(sub.id)
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    Store(tmp_path / "s").close()
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "s" / "grader.sqlite")
+    db.execute("PRAGMA user_version=99")
+    db.close()
+    with pytest.raises(StoreError, match="schema version 99 is newer"):
+        Store(tmp_path / "s")
