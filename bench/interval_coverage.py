@@ -408,7 +408,7 @@ def time_runs(args: argparse.Namespace, config, meta: dict) -> list[Path]:
     """``--runs`` timing phases of the reference as the submission; one JSON file each."""
     from timing_workspace import REFERENCE_SOLUTION, make_workspace
 
-    from grader.timing import run_timing
+    from grader.timing_run import run_timing
 
     runs_dir = args.out / RUNS_DIR
     runs_dir.mkdir(parents=True, exist_ok=True)

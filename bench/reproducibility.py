@@ -9,7 +9,7 @@ Builds a workspace with ``reference/`` copied in and a ``solution.py`` that re-e
 1. optionally (``--grade``) one whole grade through `grader.grade.grade` (export, gate, timing,
    each in its own child process, cold Triton cache): its wall time is the number the target
    "a grade in ≤ 3 minutes" is about;
-2. ``--runs`` timing phases in a row (`grader.timing.run_timing`), the first with a cold Triton
+2. ``--runs`` timing phases in a row (`grader.timing_run.run_timing`), the first with a cold Triton
    cache, and records per run the task score, its interval, per-shape r, g, times and wall time.
 
 Writes ``reproducibility-<gpu>-<profile>-<date>.json`` (everything) and ``.md`` (the summary:
@@ -44,7 +44,7 @@ from grader.report import (  # noqa: E402
     _to_jsonable,
     render_timing,  # noqa: E402
 )
-from grader.timing import run_timing  # noqa: E402
+from grader.timing_run import run_timing  # noqa: E402
 
 
 def expected_score(report: TimingReport, config) -> float:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from timing_workspace import REFERENCE_SOLUTION, make_workspace  # noqa: E402
 
-from grader import interleave, telemetry, timing  # noqa: E402
+from grader import interleave, telemetry, timing_run  # noqa: E402
 from grader.config import load_config  # noqa: E402
 
 
@@ -60,8 +60,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
         ws = make_workspace(Path(tmp) / "ws", REFERENCE_SOLUTION, git=False)
         for i in range(args.runs):
-            report = timing.run_timing(ws, config, profile=args.profile,
-                                       triton_cache=Path(tmp) / "cache")  # fmt: skip
+            report = timing_run.run_timing(ws, config, profile=args.profile,
+                                           triton_cache=Path(tmp) / "cache")  # fmt: skip
             run = captured[-1]
             print(f"run {i + 1}: {report.status} {report.score:.4f} {report.reason[:160]}")
             for raw, shape in zip(run.shapes, report.shapes, strict=False):

@@ -7,7 +7,8 @@ a plot of the per-shape speedups beside it) where asked, and exits with the
 
 ``python -m grader check …`` and ``python -m grader submit …`` are the agent's tools
 (`grader.agent.check`, `grader.agent.submit`); ``serve``, ``worker`` and ``run`` are the
-operator's service (`grader.service.cli`). Their arguments pass through unchanged.
+operator's service (`grader.service.cli`), ``fleet`` its dispatcher to a Ray cluster
+(`grader.service.fleet_cli`). Their arguments pass through unchanged.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--final", action="store_true",
                    help="a final regrade: the profile's final_rounds timed rounds")
     for verb, text in (("serve", "the operator's HTTP API"), ("worker", "a grading worker"),
-                       ("run", "create, inspect and finalize runs")):
+                       ("run", "create, inspect and finalize runs"),
+                       ("fleet", "grade the queue on a Ray cluster's GPUs")):
         sub.add_parser(verb, help=f"{text} (python -m grader {verb} --help)", add_help=False)
     return parser
 
@@ -62,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         from grader.service import cli as service_cli
 
         return service_cli.main(argv)
+    if argv and argv[0] == "fleet":
+        from grader.service import fleet_cli
+
+        return fleet_cli.main(argv[1:])
     args = _parser().parse_args(argv)
     from grader.grade import GradeOptions, grade
     from grader.report import ExitCode, render_table

@@ -196,12 +196,12 @@ def _not_checked(config: ScoringConfig, gpu: int | None, cases_run: int,
 
 def _run_timing(sub_root: Path, config: ScoringConfig, options: GradeOptions,
                 gpu: int) -> TimingReport | None:  # fmt: skip
-    """Timing if the engine exists (grader/timing.py), else None."""
-    if importlib.util.find_spec("grader.timing") is None:
+    """Timing if the engine exists (grader/timing_run.py), else None."""
+    if importlib.util.find_spec("grader.timing_run") is None:
         return None
-    from grader import timing
+    from grader import timing_run
 
-    return timing.run_timing(
+    return timing_run.run_timing(
         sub_root, config, profile=options.profile, gpu=gpu,
         progress=sys.stderr if options.progress else None,
     )  # fmt: skip
@@ -299,7 +299,7 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
                           ["correct on every smoke case; nothing was timed (no GPU)"], **fields)
         timing = _run_timing(sub.root, config, options, gpu)
         if timing is None:
-            fields["not_checked"] = ("timing: not implemented (no grader/timing.py)",)
+            fields["not_checked"] = ("timing: not implemented (no grader/timing_run.py)",)
             return report(Status.CHECKED_UNTIMED, ["the gate passed; timing is not implemented"],
                           **fields)  # fmt: skip
         fields["checked"] = (*checked, f"timing, profile {timing.profile}")

@@ -281,6 +281,7 @@ class _Run:
     dims: dict[str, census_rules.BlockDims] = field(default_factory=dict)
     harness_steps: set[str] = field(default_factory=set)  # census labels of "cal" steps
     block_dims: list[census_rules.BlockDims] = field(default_factory=list)
+    ready: dict[str, Any] = field(default_factory=dict)  # the baselines process's ``ready``
 
     def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
               label: str) -> None:
@@ -418,7 +419,29 @@ def _label(profile: Profile, index: int) -> str:
     return profile.shapes[index].label
 
 
-def run_interleaved(
+@dataclass
+class Started:
+    """Both timing children started and the baselines warmed up (`start_interleaved`): the
+    submission's process is armed and idle, it has imported nothing of the submission. What
+    `finish_interleaved` continues from, or `cancel_interleaved` ends.
+
+    Attributes:
+        run: The run's state.
+        sub_dir: The submission process's private directory (its Triton cache is ``.triton``).
+        stopped: How the start itself ended the run, if it did.
+    """
+
+    run: _Run
+    sub_dir: Path
+    stopped: _Stop | None = None
+
+
+def run_interleaved(*args: Any, **kwargs: Any) -> Interleaved:
+    """`start_interleaved` then `finish_interleaved`, with the same arguments."""
+    return finish_interleaved(start_interleaved(*args, **kwargs))
+
+
+def start_interleaved(
     submission_root: Path,
     workdir: Path,
     config: ScoringConfig,
@@ -434,8 +457,10 @@ def run_interleaved(
     python: str,
     progress: Callable[[str], None],
     uuid: str | None = None,
-) -> Interleaved:
-    """Run both timing children over every shape of ``profile`` (see the module docstring).
+) -> Started:
+    """Start both timing children and warm the baselines up (the module docstring's step 1 and
+    the start of step 2): nothing here runs or times submission code, so it may run while the
+    gate still runs (`grader.timing_run.TimingStart`).
 
     Args:
         submission_root: The exported submitted tree.
@@ -486,19 +511,49 @@ def run_interleaved(
     run.block_dims = [census_rules.BlockDims(s.batch, s.length, config.block.channels,
                                              config.block.expansion) for s in shapes]
     sub.on_census = run.judge_census
+    started = Started(run, sub_dir)
     try:
-        _drive(run, job)
+        _warm_baselines(run)
+    except _Stop as stop:
+        started.stopped = stop
+    except BaseException:
+        _end(run)
+        raise
+    return started
+
+
+def finish_interleaved(started: Started) -> Interleaved:
+    """Time the submission against the warmed-up baselines (steps 2-5), end both children."""
+    run = started.run
+    out = run.out
+    try:
+        if started.stopped is not None:
+            raise started.stopped
+        _drive(run)
     except _Stop as stop:
         out.status, out.reason = stop.status, stop.reason
     finally:
-        for child in (sub, base):
-            child.process.send(json.dumps({"cmd": "end"}) + "\n")
-        out.submission = _finish(sub.process)
-        out.baselines = _finish(base.process)
-        out.command_s = {child.who: child.spent for child in (base, sub)}
+        _end(run)
     if out.status == "ok" and out.submission.outcome is not Outcome.OK:
         out.status, out.reason = "crashed", f"the timing child {out.submission.detail}"
     return out
+
+
+def cancel_interleaved(started: Started) -> None:
+    """End both children of a run that will not be timed (the gate failed)."""
+    _end(started.run)
+
+
+def _end(run: _Run) -> None:
+    """Tell both children to end, reap them, keep how they ended; once."""
+    out = run.out
+    if out.submission is not None:
+        return
+    for child in (run.sub, run.base):
+        child.process.send(json.dumps({"cmd": "end"}) + "\n")
+    out.submission = _finish(run.sub.process)
+    out.baselines = _finish(run.base.process)
+    out.command_s = {child.who: child.spent for child in (run.base, run.sub)}
 
 
 def _finish(process: ChildProcess, grace_s: float = 10.0) -> ChildResult:
@@ -521,11 +576,13 @@ def alone_rounds(run: _Run, count: int, orders: Sequence[Sequence[str]]) -> None
             run.collect(f"{r + 1} alone rounds")
 
 
-def _drive(run: _Run, job: dict[str, Any]) -> None:
+def _warm_baselines(run: _Run) -> None:
+    """Both children up and armed, the handshakes measured, every shape's warm-up rounds of
+    the baselines alone (the submission's process idle)."""
     profile, out, base, sub = run.profile, run.out, run.base, run.sub
     n = len(profile.shapes)
-    ready = base._wait("ready", "starting the baselines process", 0.0)
-    out.device = dict(ready.get("device") or {})
+    run.ready = base._wait("ready", "starting the baselines process", 0.0)
+    out.device = dict(run.ready.get("device") or {})
     sub._wait("hello", "starting the timing child", 0.0)
     # The sandbox counts the child's tasks and answers; only then may commands follow.
     sub._wait(ARM_EVENT, "warming up the timing child", 0.0)
@@ -541,6 +598,12 @@ def _drive(run: _Run, job: dict[str, Any]) -> None:
         for r in range(profile.warmup):
             run.round(index, ALONE_ORDERS[r % 2], timed=False, alone=True, label=label)
     run.collect("the baselines' warm-ups")
+
+
+def _drive(run: _Run) -> None:
+    profile, out, base, sub = run.profile, run.out, run.base, run.sub
+    n = len(profile.shapes)
+    ready = run.ready
     run.snapshot("baselines alone")
     # The submission's process maps the slab now: its calibration steps read their inputs from
     # it, as the submission's steps will.
@@ -587,5 +650,5 @@ def _drive(run: _Run, job: dict[str, Any]) -> None:
     base.leftover()
 
 
-__all__ = ["BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "as_util",
-           "run_interleaved"]
+__all__ = ["BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "Started", "as_util",
+           "cancel_interleaved", "finish_interleaved", "run_interleaved", "start_interleaved"]

@@ -1,9 +1,9 @@
-"""Timing phase, trusted side (SPEC §4–§6): drive the two timing children, then judge.
+"""Timing phase, trusted side (SPEC §4–§6): judge what the two timing children measured.
 
-`run_timing` measures the plain block's step on every shape (the unit of every deadline), runs
-`grader.interleave.run_interleaved` (the trusted baselines process and the submission's process,
-one step at a time, every step timed by the parent's own clock), and judges what was measured.
-Nothing the submission's process says is taken as a verdict. Per shape:
+`grader.timing_run` measures the plain block, drives the children (`grader.interleave`: the
+trusted baselines process and the submission's process, one step at a time, every step timed by
+the parent's own clock) and hands what they measured to this module. Nothing the submission's
+process says is taken as a verdict. Per shape:
 
 - each step's time is its event window unless the parent's wall, less the most the baselines'
   steps cost around their windows (for the submission's: or what the harness's own steps cost in
@@ -33,24 +33,17 @@ own reasons in the report.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import functools
-import os
-import sys
-import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
-import torch
 
-from grader import deadlines, interleave, plausibility, stats, telemetry
-from grader.config import TIMED_BLOCKS, Profile, Score, ScoringConfig, Shape
-from grader.report import ShapeSamples, ShapeTiming, TimingReport
+from grader import interleave, plausibility, stats
+from grader.config import TIMED_BLOCKS, Profile, Score, Shape
+from grader.report import ShapeSamples, ShapeTiming
 
 BLOCKS = TIMED_BLOCKS
 BASELINES = interleave.BASELINES
@@ -472,35 +465,6 @@ def task_score(verdicts: Sequence[ShapeVerdict]) -> tuple[float, tuple[float, fl
     return value, (ci.low, ci.high)
 
 
-# ----------------------------------------------------------------------------- the run
-
-
-def _raw(profile: Profile, index: int, measured: interleave.ShapeRaw) -> RawShape:
-    util = {"ref": {}, "sub": {}}
-    if measured.util:
-        worst = np.max(np.asarray(measured.util, dtype=np.float64), axis=0)
-        # NaN (a non-finite reference value) counts as the worst possible.
-        worst = np.where(np.isnan(worst), np.inf, worst)
-        util = {n: dict(zip(UTIL_KEYS, map(float, row), strict=True))
-                for n, row in zip(("ref", "sub"), worst, strict=True)}
-    return RawShape(shape=profile.shapes[index], window_ms=measured.window_ms,
-                    tail_ms=measured.tail_ms, wall_ms=measured.wall_ms,
-                    alone_ms=measured.alone_ms, util=util, slack=PLAIN_SLACK,
-                    calibration_ms=measured.calibration_ms)
-
-
-def _overheads(shapes: Sequence[interleave.ShapeRaw]) -> dict[str, float | None]:
-    """Per block, the median of what its steps cost around their event windows (the parent's
-    wall less the window) over every timed step: the same step code for every block, so these
-    should agree."""
-    out: dict[str, float | None] = {}
-    for name in BLOCKS:
-        gaps = [w - e for raw in shapes
-                for w, e in zip(raw.wall_ms[name], raw.window_ms[name], strict=False)]
-        out[name] = float(np.median(gaps)) if gaps else None
-    return out
-
-
 def memory_verdict(memory: Mapping[str, Any], profile: Profile, channels: int) -> str:
     """Why the submission's GPU memory breaks the rule, or "" (it holds at most
     `HOG_ACTIVATIONS` of the largest shape's fp32 activations plus `HOG_FIXED_BYTES` across
@@ -518,152 +482,6 @@ def memory_verdict(memory: Mapping[str, Any], profile: Profile, channels: int) -
     return ""
 
 
-def run_timing(
-    submission_root: Path,
-    config: ScoringConfig,
-    *,
-    profile: str | None = None,
-    gpu: int | None = None,
-    gpu_name: str | None = None,
-    progress: TextIO | None = sys.stderr,
-    reference_module: str = "reference.block",
-    census: bool = True,
-    python: str = sys.executable,
-    triton_cache: Path | None = None,
-    dry_run_on_cpu: bool = False,
-) -> TimingReport:
-    """Time a submission that passed the gate and score it (SPEC §4–§5).
-
-    Args:
-        submission_root: The exported submitted tree (holds ``solution.py``).
-        config: The loaded `scoring.yaml`.
-        profile: Timing profile name; default: the one for this GPU (``timing.profiles.*.gpus``).
-        gpu: Index of the GPU to time on (the children see only it); default: the caller's
-            ``CUDA_VISIBLE_DEVICES`` if set, else GPU 0.
-        gpu_name: GPU name for picking the profile when NVML cannot tell.
-        progress: Where the progress lines go (None: silent).
-        reference_module: Module of the reference block (a stand-in in tests).
-        census: Require a Triton kernel of the submission's own files in each of its steps.
-        python: Interpreter of the children.
-        triton_cache: Share this Triton cache between children (tests and benchmarks only: a
-            grade compiles into its own private cache, so nothing carries over between grades).
-        dry_run_on_cpu: Run the whole harness on the CPU with the Triton interpreter and the host
-            clock (CI on machines without a GPU). Its times mean nothing; the report's telemetry
-            says ``dry_run``, and the grade never calls it.
-
-    Returns:
-        The `TimingReport`; every failure is status ≠ ok with score 0 and a reason.
-    """
-    started = time.monotonic()
-    env: dict[str, str] = {}
-    visible = str(gpu) if gpu is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible  # the sandbox's environment allow-list drops it
-    if triton_cache is not None:
-        env["TRITON_CACHE_DIR"] = str(triton_cache)
-    if dry_run_on_cpu:
-        env["TRITON_INTERPRET"] = "1"
-    nvml_index = int(visible) if visible is not None and visible.strip().isdigit() else 0
-    device = telemetry.device_info(index=nvml_index)
-    name = profile or config.timing.profile_for_gpu(device.name or gpu_name)
-    if name not in config.timing.profiles:
-        raise ValueError(f"profile {name!r} is not one of {sorted(config.timing.profiles)}")
-    prof = config.timing.profiles[name]
-    # The plain block's step on every shape, measured here before the children hold the device:
-    # the unit of the children's deadlines.
-    where = "cpu" if dry_run_on_cpu else f"cuda:{gpu if gpu is not None else 0}"
-    # A parent that cannot see the GPU (tests with a stand-in child) gives every step its floor.
-    measurable = dry_run_on_cpu or torch.cuda.is_available()
-    plain_s = [deadlines.shape_step_seconds(s.batch, s.length, s.dtype,
-                                            dict(dataclasses.asdict(config.block),
-                                                 dilation=s.dilation), where)
-               if measurable else 0.0 for s in prof.shapes]
-
-    def say(line: str) -> None:
-        if progress is not None:
-            print(line, file=progress, flush=True)
-
-    with tempfile.TemporaryDirectory(prefix="timing-") as tmp:
-        run = interleave.run_interleaved(
-            submission_root, Path(tmp), config, prof, plain_s=plain_s,
-            device="cpu" if dry_run_on_cpu else "cuda", env=env,
-            rule=config.limits.deadlines.for_device(where), reference_module=reference_module,
-            slack=PLAIN_SLACK, census=census, python=python, progress=say, uuid=device.uuid)
-    device = telemetry.merge_child(device, run.device)
-    bandwidth = plausibility.peak_bandwidth(device.name, device.max_memory_clock_mhz,
-                                            device.memory_bus_width_bits)
-    status, reason = TimingStatus(run.status), run.reason
-    verdicts: list[ShapeVerdict] = []
-    for index, shape in enumerate(prof.shapes):
-        measured = run.shapes[index]
-        if status is TimingStatus.OK or len(measured.window_ms["sub"]) == prof.rounds:
-            verdicts.append(analyze_shape(_raw(prof, index, measured), config.score, bandwidth,
-                                          channels=config.block.channels,
-                                          expansion=config.block.expansion, rounds=prof.rounds,
-                                          alone_rounds=prof.alone_rounds,
-                                          dry_run=dry_run_on_cpu))
-        else:
-            verdicts.append(_fail(shape.label, TimingStatus.NOT_TIMED,
-                                  "the timing run stopped before this shape was timed"))
-    if status is TimingStatus.OK:
-        why = memory_verdict(run.memory, prof, config.block.channels)
-        if why:
-            status, reason = TimingStatus.RULE_BROKEN, why
-    if status is TimingStatus.OK:
-        bad = next((v for v in verdicts if v.status is not TimingStatus.OK), None)
-        if bad is not None:
-            status, reason = bad.status, f"{bad.timing.label}: {bad.timing.reason}"
-    value, ci = task_score(verdicts) if status is TimingStatus.OK else (0.0, None)
-    shapes = tuple(v.timing for v in verdicts)
-    if status is not TimingStatus.OK:
-        shapes = tuple(_zeroed(s) for s in shapes)
-    sub, base = run.submission, run.baselines
-    return TimingReport(
-        profile=name,
-        shapes=shapes,
-        score=value,
-        score_ci=ci,
-        status=status.value,
-        reason=reason,
-        rounds=prof.rounds,
-        warmup=prof.warmup,
-        wall_s=time.monotonic() - started,
-        telemetry={
-            "device": device.to_dict(),
-            "dry_run": dry_run_on_cpu,
-            "peak_bandwidth_bytes_per_s": bandwidth.bytes_per_s,
-            "peak_bandwidth_source": bandwidth.source,
-            "snapshots": [s.to_dict() for s in run.snapshots],
-            "handshake_ms": run.handshake_ms,
-            "command_s": run.command_s,
-            "step_overhead_ms": _overheads(run.shapes),
-            "oracle_checks": {prof.shapes[i].label: {"rounds": len(raw.oracle_util),
-                                                     "worst": max(raw.oracle_util, default=None)}
-                              for i, raw in enumerate(run.shapes)},
-            "alone_rounds": prof.alone_rounds,
-            "child_wall_s": sub.wall_s if sub else None,
-            "child_outcome": sub.outcome.value if sub else None,
-            "child_peak_rss_mb": sub.peak_rss_mb if sub else None,
-            "child_peak_tasks": sub.peak_tasks if sub else None,
-            "child_armed_tasks": sub.armed_tasks if sub else None,
-            "baselines_outcome": base.outcome.value if base else None,
-            "baselines_stderr_tail": base.stderr_tail[-1000:] if base else "",
-            "gpu_memory_accounting": run.memory.get("accounting"),
-            "gpu_memory": {k: run.memory.get(k) for k in ("held_bytes", "foreign_bytes")},
-            "plain_step_s": plain_s,
-            "child_stderr_tail": sub.stderr_tail[-2000:] if sub else "",
-            "load_s": run.load_s,
-        },
-    )
-
-
-def _zeroed(s: ShapeTiming) -> ShapeTiming:
-    """A shape row of a failed timing phase: its measurements stay, its score is 0."""
-    from dataclasses import replace
-
-    return replace(s, score=0.0)
-
-
 __all__ = [
     "INTERVAL_METHOD",
     "VISIT_ROUNDS",
@@ -674,7 +492,6 @@ __all__ = [
     "analyze_shape",
     "estimate_shape",
     "grade_bootstrap",
-    "run_timing",
     "score_from",
     "task_score",
     "weighted_score",

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import time
+from pathlib import Path
 
 import pytest
 from timing_workspace import CORPUS, make_workspace, with_profile
 
+import grader.timing_run
 from grader.config import Profile, Shape, load_config
-from grader.timing import run_timing
+from grader.timing_run import TimingStart, carry_cache, run_timing
 
 # Two shapes, timed interleaved: two visits of one cycle (6 rounds) each.
 PROFILE = Profile(gpus=(), warmup=1, rounds=12, alone_rounds=2,
@@ -85,3 +88,108 @@ def test_a_hang_while_timed_ends_at_its_stage_deadline(tmp_path, triton_cache) -
     assert "ran past its deadline: a step of sub in" in report.reason, report.reason
     assert report.score == 0.0
     assert time.monotonic() - started < 240
+
+
+# ------------------------------------------------------ a timing run begun beside the gate
+
+
+def _lines(progress: io.StringIO) -> list[str]:
+    return progress.getvalue().splitlines()
+
+
+@pytest.mark.slow
+def test_a_timing_started_beside_the_gate_runs_no_submission_code_before_finish(tmp_path,
+                                                                                monkeypatch) -> None:  # fmt: skip
+    """`TimingStart` (what a grade uses): the children start and the baselines warm up in a
+    thread; the submission's process has only answered pings and flushed the L2 for the
+    baselines' steps (harness code: it has imported nothing) when that is done; `finish` then
+    times it as `run_timing` would, its held-back progress said first, in order, and the gate
+    child's Triton cache carried into the timing child's (no shared cache given)."""
+    ws = make_workspace(tmp_path / "ws", (CORPUS / "control_reference" / "solution.py").read_text())
+    gate_cache = tmp_path / "gate-triton"
+    (gate_cache / "abc").mkdir(parents=True)
+    (gate_cache / "abc" / "kernel.json").write_text("{}")
+    carried: list[Path] = []
+
+    def carry(source: Path, dest: Path) -> int:
+        carried.extend(p.relative_to(dest) for p in dest.rglob("*.json"))  # nothing there yet
+        n = carry_cache(source, dest)
+        carried.extend(p.relative_to(dest) for p in dest.rglob("*.json"))
+        return n
+
+    monkeypatch.setattr(grader.timing_run, "carry_cache", carry)
+    progress = io.StringIO()
+    start = TimingStart(ws, CONFIG, profile="dry", progress=progress, dry_run_on_cpu=True)
+    start.thread.join()  # the gate would run here
+    assert start.error is None and start.started is not None
+    assert set(start.started.run.sub.spent) == {"ping", "flush"}, start.started.run.sub.spent
+    assert _lines(progress) == []  # held back: the gate's progress bar owns the terminal now
+    sub_dir = start.started.sub_dir
+    report = start.finish(gate_cache)
+
+    assert report.status == "ok", f"{report.reason} | {report.telemetry.get('child_stderr_tail')}"
+    a, b = (s.label for s in PROFILE.shapes)
+    assert _lines(progress)[:4] == [f"baselines alone: warming up 1/2 {a}",
+                                    f"baselines alone: warming up 2/2 {b}",
+                                    "baselines alone: 1 rounds of each shape",
+                                    f"warming up 1/2 {a}"]
+    assert set(report.telemetry["command_s"]["submission"]) >= {"load", "build", "go", "audit"}
+    assert carried == [Path("abc/kernel.json")]
+    assert not sub_dir.exists()  # removed with the run
+
+
+@pytest.mark.slow
+def test_a_cancelled_timing_start_ends_both_children(tmp_path) -> None:
+    ws = make_workspace(tmp_path / "ws", (CORPUS / "control_reference" / "solution.py").read_text())
+    start = TimingStart(ws, CONFIG, profile="dry", progress=None, dry_run_on_cpu=True)
+    start.cancel()  # the gate failed
+    start.cancel()  # and again: nothing left to do
+    out = start.started.run.out
+    assert out.submission is not None and out.baselines is not None
+    for child in (start.started.run.sub, start.started.run.base):
+        assert child.process.ended
+    assert not Path(start.tmp.name).exists()
+
+
+def test_carry_cache_copies_regular_files_only_and_nothing_past_its_limit(tmp_path) -> None:
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    (src / "k1").mkdir(parents=True)
+    (src / "k1" / "a.cubin").write_bytes(b"x" * 100)
+    (src / "k1" / "a.json").write_text("{}")
+    secret = tmp_path / "secret"
+    secret.write_text("the parent's")
+    (src / "k1" / "link").symlink_to(secret)
+    (src / "dirlink").symlink_to(tmp_path)
+
+    group = {"child_paths": {"a.cubin": str(src / "k1" / "a.cubin"),
+                             "a.json": str(src / "k1" / "a.json"), "x.so": str(secret)}}
+    (src / "k1" / "__grp__a.json").write_text(json.dumps(group))
+    (src / "k2").mkdir()
+    (src / "k2" / "__grp__b.json").write_text("not json")
+
+    copied = carry_cache(src, dest)
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")) == [
+        "k1", "k1/__grp__a.json", "k1/a.cubin", "k1/a.json", "k2"]
+    assert copied == sum(p.stat().st_size for p in src.rglob("*") if p.is_file()
+                         and not p.is_symlink())  # fmt: skip
+    # Triton finds the group's members in the timing child's cache, never the gate child's.
+    assert json.loads((dest / "k1" / "__grp__a.json").read_text()) == {"child_paths": {
+        "a.cubin": str(dest / "k1" / "a.cubin"), "a.json": str(dest / "k1" / "a.json")}}
+    assert carry_cache(src, tmp_path / "small", limit=50) == 0
+    assert not (tmp_path / "small").exists()
+
+
+def test_a_carried_cache_is_found_by_tritons_own_cache_manager(tmp_path, monkeypatch) -> None:
+    from triton import knobs
+    from triton.runtime.cache import FileCacheManager
+
+    src, dest = tmp_path / "gate", tmp_path / "timing"
+    monkeypatch.setattr(knobs.cache, "dir", str(src))
+    gate = FileCacheManager("k3y")
+    members = {"k.cubin": gate.put(b"\x7fcubin", "k.cubin"), "k.json": gate.put("{}", "k.json")}
+    gate.put_group("k.json", members)
+
+    carry_cache(src, dest)
+    monkeypatch.setattr(knobs.cache, "dir", str(dest))
+    assert FileCacheManager("k3y").get_group("k.json") == {
+        "k.cubin": str(dest / "k3y" / "k.cubin"), "k.json": str(dest / "k3y" / "k.json")}

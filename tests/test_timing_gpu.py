@@ -20,7 +20,7 @@ from timing_workspace import (
 )
 
 from grader.config import load_config
-from grader.timing import run_timing
+from grader.timing_run import run_timing
 
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "solution.py").exists())
 CONFIG = with_profile(load_config(), "corpus", small_profile())

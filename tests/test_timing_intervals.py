@@ -297,11 +297,11 @@ def test_analyze_merges_run_files_into_markdown_and_json(tmp_path) -> None:
 
 def test_a_gpu_call_writes_one_file_per_run_and_merges_later(tmp_path, monkeypatch) -> None:
     # The timing phases are faked; what is pinned is the files a GPU call leaves and --analyze.
-    import grader.timing
+    import grader.timing_run
 
     fake = iter(coverage.synthetic_grades(4, coverage.DriftModel(), seed=3,
                                           shapes=coverage.SYNTHETIC_SHAPES[:2]))
-    monkeypatch.setattr(grader.timing, "run_timing", lambda *a, **kw: next(fake))
+    monkeypatch.setattr(grader.timing_run, "run_timing", lambda *a, **kw: next(fake))
     for tag in ("a", "b"):
         monkeypatch.setattr(sys, "argv", ["interval_coverage.py", "--runs", "2", "--tag", tag,
                                           "--out", str(tmp_path)])

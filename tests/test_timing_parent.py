@@ -14,7 +14,7 @@ from interleave_fakes import End, Script, apart, batch, done, install, on
 from grader.config import Profile, Shape, load_config
 from grader.orders import williams_orders
 from grader.sandbox import Outcome
-from grader.timing import run_timing
+from grader.timing_run import run_timing
 
 SHAPES = (Shape(32, 4096, 1, "float32"), Shape(32, 4096, 1, "bfloat16"))
 LABELS = [s.label for s in SHAPES]

@@ -16,7 +16,8 @@ from grader.config import Profile, Shape, load_config
 from grader.interleave import ShapeRaw
 from grader.plot import plot_speedups
 from grader.report import ShapeTiming, TimingReport, render_timing
-from grader.timing import PLAIN_SLACK, _overheads, _raw, run_timing
+from grader.timing import PLAIN_SLACK
+from grader.timing_run import _overheads, _raw, run_timing
 
 CONFIG = load_config()
 

@@ -151,7 +151,7 @@ def test_timing_runs_plain_in_the_reference_slot_and_estimates(
     reference (the agent's environment has none), and scores with the published g."""
     import numpy as np
 
-    import grader.timing
+    import grader.timing_run
 
     seen: dict[str, object] = {}
 
@@ -161,7 +161,7 @@ def test_timing_runs_plain_in_the_reference_slot_and_estimates(
         shapes = tuple(ShapeTiming(**{**s.__dict__, "r": np.float64(3.0)}) for s in report.shapes)
         return TimingReport(profile="l4", shapes=shapes, telemetry={"x": np.arange(2)})
 
-    monkeypatch.setattr(grader.timing, "run_timing", fake_run_timing)
+    monkeypatch.setattr(grader.timing_run, "run_timing", fake_run_timing)
     timing, est = check._time(tmp_path, CONFIG, None, 1, None)
     assert seen["reference_module"] == "task.model" == check.PLAIN_AS_REFERENCE
     assert seen["gpu"] == 1  # the check's --gpu reaches the timing child

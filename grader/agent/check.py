@@ -8,7 +8,7 @@ Run from the workspace (the git repository holding ``solution.py``)::
 
 What it runs is the grader's code, not a copy: `grader.workspace.export_submission` exports the
 tree, `grader.gate.run_gate` runs the correctness gate in a sandboxed child and checks it against
-the fp64 oracle, `grader.timing.run_timing` times it. The differences from a grade, all on
+the fp64 oracle, `grader.timing_run.run_timing` times it. The differences from a grade, all on
 purpose:
 
 - **The working tree**, uncommitted edits included (as a dangling snapshot commit, so the export's
@@ -243,7 +243,7 @@ def run_check(
 def _time(
     root: Path, config: ScoringConfig, profile: str | None, gpu: int | None, progress: Any
 ) -> tuple[TimingReport, ScoreEstimate]:
-    from grader.timing import run_timing
+    from grader.timing_run import run_timing
 
     timing = run_timing(
         root, config, profile=profile, gpu=0 if gpu is None else gpu, progress=progress,

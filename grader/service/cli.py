@@ -2,6 +2,7 @@
 
     python -m grader serve --store DIR [--host H] [--port P]
     python -m grader worker --store DIR (--gpu N | --cpu) [--once] [--name NAME]
+                            [--executor local|docker] [--image IMAGE]
     python -m grader run create NAME --store DIR [--max-per-hour N] [--max-upload-mb M]
     python -m grader run status|best|report RUN --store DIR
     python -m grader run finalize RUN --store DIR [--allow-same-gpu] [--no-wait] [--timeout S]
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.service import runs
+from grader.service.executors import ExecutorError
 from grader.service.store import Limits, Store, StoreError
 
 VERBS = ("serve", "worker", "run")
@@ -52,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="grade with this command instead of the grader (words formatted with "
                         "{workspace} {report} {device} {gpu} {final}; it writes the report JSON "
                         "to {report})")  # fmt: skip
+    w.add_argument("--executor", choices=("local", "docker"), default="local",
+                   help="local: the grader's own isolation in this host's processes; docker: a "
+                        "fresh container of --image per grade (grader.service.docker_executor)")
+    w.add_argument("--image", default=None,
+                   help="the grading image for --executor docker (built or pulled beforehand)")
     r = sub.add_parser("run", help="create and inspect runs, finalize them")
     rsub = r.add_subparsers(dest="action", required=True)
     c = rsub.add_parser("create", help="a new run and its agent's token")
@@ -85,7 +92,7 @@ def main(argv: Sequence[str]) -> int:
             return _worker(args)
         with Store(args.store) as store:
             return _run(args, store)
-    except StoreError as exc:
+    except (StoreError, ExecutorError) as exc:
         return _out(args, {"error": str(exc)}, str(exc), code=1)
     except ValueError as exc:
         return _out(args, {"error": str(exc)}, str(exc), code=2)
@@ -131,8 +138,21 @@ def _worker(args: argparse.Namespace) -> int:
     else:
         device = cpu_device(args.name or default_name(cpu_device("")))
     name = args.name or default_name(device)
-    if args.command:
-        executor: Any = CommandExecutor(shlex.split(args.command))
+    if args.executor == "docker":
+        if args.command or not args.image:
+            raise ValueError("--executor docker needs --image IMAGE and takes no --command")
+        from grader.service.docker_executor import DockerExecutor, reap
+
+        executor: Any = DockerExecutor(args.image, worker=name, config=args.config)
+        # A worker grades one job at a time: a container with its name is from a run that died.
+        reaped = reap(executor.client, name)
+        if reaped and not args.json:
+            print(f"worker {name}: removed {reaped} container(s) a previous run left",
+                  file=sys.stderr)  # fmt: skip
+    elif args.image:
+        raise ValueError("--image is for --executor docker")
+    elif args.command:
+        executor = CommandExecutor(shlex.split(args.command))
     else:
         executor = LocalExecutor(config=args.config)
     stopping = False

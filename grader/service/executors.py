@@ -139,7 +139,7 @@ class CommandExecutor:
                 raise ExecutorError(f"{shlex.join(argv[:4])}… exited with status "
                                     f"{proc.returncode} and wrote no report; its output ended "
                                     f"with:\n{tail}")  # fmt: skip
-            return _as_submitted(report.read_text(), request)
+            return as_submitted(report.read_text(), request)
 
     def _wait(self, proc: subprocess.Popen[bytes], alive: Callable[[], bool]) -> str:
         """Wait for ``proc``; a reason when it had to be killed, else ''."""
@@ -176,7 +176,7 @@ class LocalExecutor(CommandExecutor):
         return argv + (["--cpu"] if index is None else ["--gpu", str(index)])
 
 
-def _as_submitted(report_json: str, request: GradeRequest) -> str:
+def as_submitted(report_json: str, request: GradeRequest) -> str:
     """The report naming the commit the agent sent, not the rebuilt repository's (the same tree,
     checked by `rebuild`); a report of another tree, or not JSON, is left as it is."""
     try:
@@ -209,4 +209,4 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 __all__ = ["CommandExecutor", "Executor", "ExecutorError", "GradeRequest", "LocalExecutor",
-           "rebuild"]  # fmt: skip
+           "as_submitted", "rebuild"]  # fmt: skip

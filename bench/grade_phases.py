@@ -1,0 +1,75 @@
+"""Where a whole grade's wall time goes (issue 13: a grade on the H200 within 150 s).
+
+    python bench/grade_phases.py WORKSPACE [--gpu 0] [--out FILE.json]
+
+Grades ``WORKSPACE`` as ``python -m grader grade`` does (`grader.grade.grade`, default options)
+with timers around its phases: the export, the gate (`run_gate`) and inside it the parent's fp64
+oracle (`evaluate_item`), the timing (`_run_timing`) and, from the report's telemetry, the time
+each timing process spent per command. The rest of the gate is the child: its start, imports,
+Triton compiles and steps. Prints one JSON object (also written to ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import grader.gate as gate_mod  # noqa: E402
+import grader.grade as grade_mod  # noqa: E402
+
+SPENT: dict[str, list[float]] = {}
+
+
+def timed(name: str, fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            SPENT.setdefault(name, []).append(time.monotonic() - start)
+
+    return wrapper
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("workspace", type=Path)
+    p.add_argument("--gpu", type=int, default=None)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    grade_mod.export_submission = timed("export", grade_mod.export_submission)
+    grade_mod.run_gate = timed("gate", grade_mod.run_gate)
+    gate_mod.evaluate_item = timed("gate: parent's oracle and checks", gate_mod.evaluate_item)
+    grade_mod._run_timing = timed("timing", grade_mod._run_timing)
+    start = time.monotonic()
+    report = grade_mod.grade(args.workspace, grade_mod.GradeOptions(gpu=args.gpu, progress=False))
+    wall = time.monotonic() - start
+    phases = {k: round(sum(v), 2) for k, v in SPENT.items()}
+    phases["gate: the child (start, imports, compiles, steps)"] = round(
+        phases.get("gate", 0.0) - phases.get("gate: parent's oracle and checks", 0.0), 2)
+    commands: dict[str, Any] = {}
+    if report.timing is not None:
+        for proc, table in report.timing.telemetry.get("command_s", {}).items():
+            commands[proc] = {cmd: {"count": n, "s": round(s, 2)} for cmd, (n, s) in table.items()}
+    out = {"status": report.status.value, "score": report.score, "reasons": report.reasons[:3],
+           "wall_s": round(wall, 2),
+           "items": len(report.cases), "phases_s": phases, "timing_commands": commands,
+           "system": {"gpu": report.system.gpu_name, "torch": report.system.torch,
+                      "triton": report.system.triton}}
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

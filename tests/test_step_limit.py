@@ -1,0 +1,89 @@
+"""CPU tests of `bench/step_limit.py`: the model's arithmetic, its --dry mode, and the clear refusal
+to measure without a GPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from file_modules import load_module
+
+ROOT = Path(__file__).resolve().parent.parent
+step_limit = load_module(ROOT / "bench" / "step_limit.py", "bench_step_limit", register=True)
+
+
+def test_floors_by_hand() -> None:
+    """fp32 64×8192 at C = 128, E = 2: N = 2²⁶ elements of 4 bytes; 6 GEMMs of 2·2¹⁹·128·256."""
+    n = 64 * 8192 * 128
+    assert step_limit.memory_floor_ms(n, 4, 4000.0) == pytest.approx(5 * n * 4 / 4e12 * 1e3)
+    assert step_limit.memory_floor_ms(n, 4, 4000.0) == pytest.approx(0.33554432)
+    rows = 64 * 8192
+    assert step_limit.compute_floor_ms(rows, 128, 2, 50.0) == pytest.approx(
+        6 * 2 * rows * 128 * 256 / 50e12 * 1e3)
+    assert step_limit.compute_floor_ms(rows, 128, 2, 50.0) == pytest.approx(4.12316860416)
+
+
+def test_limit_is_the_larger_floor() -> None:
+    fp32 = step_limit.LimitShape(64, 8192, 1, "float32")
+    bf16 = step_limit.LimitShape(256, 8192, 64, "bfloat16")
+    slow_math = step_limit.step_limit(fp32, 128, 2, copy_gbs=4000.0, tflops=50.0)
+    assert slow_math.bound == "compute" and slow_math.limit_ms == slow_math.compute_ms
+    # bf16: 2 bytes per element; 5·2²⁸·2 bytes at 4 TB/s = 0.671 ms against 1.178 ms of matmul.
+    limit = step_limit.step_limit(bf16, 128, 2, copy_gbs=4000.0, tflops=700.0)
+    assert limit.memory_ms == pytest.approx(5 * 256 * 8192 * 128 * 2 / 4e12 * 1e3)
+    assert limit.compute_ms == pytest.approx(1.1780481, rel=1e-6)
+    fast_math = step_limit.step_limit(bf16, 128, 2, copy_gbs=4000.0, tflops=2000.0)
+    assert fast_math.bound == "memory" and fast_math.limit_ms == fast_math.memory_ms
+
+
+def test_profile_shapes_and_rates() -> None:
+    shapes = step_limit.profile_shapes("h200")
+    assert {s.dtype for s in shapes} == {"float32", "bfloat16"} and len(shapes) >= 4
+    assert step_limit.parse_rates("float32=50,bfloat16=700.5") == {"float32": 50.0,
+                                                                  "bfloat16": 700.5}
+    with pytest.raises(SystemExit, match="must be <dtype>"):
+        step_limit.parse_rates("fp8=1")
+    with pytest.raises(SystemExit, match="not one of"):
+        step_limit.profile_shapes("a100")
+
+
+def test_markdown_has_every_variant_and_ratio() -> None:
+    shape = step_limit.LimitShape(64, 8192, 1, "float32")
+    limit = step_limit.step_limit(shape, 128, 2, 4000.0, 50.0)
+    q = {"median": 2 * limit.limit_ms, "p20": 1.0, "p80": 9.0}
+    report = step_limit.ShapeReport(shape, limit, steps={"eager": q}, vs_limit={"eager": 2.0},
+                                    compile_s={"compile": 12.5})
+    text = step_limit.markdown({"gpu": "X"}, [report], ["eager", "compile"])
+    assert "| eager ms | eager / limit | compile ms | compile / limit |" in text
+    assert "| 2.00 | – | – |" in text and "compile 12.5" in text
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "step_limit.py"), *args],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+
+
+def test_dry_run_prints_every_h200_shape(tmp_path: Path) -> None:
+    proc = _run("--dry", "--copy-gbs", "4000", "--tflops", "float32=50,bfloat16=700",
+                "--out-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for shape in step_limit.profile_shapes("h200"):
+        assert f"| {shape.label} |" in proc.stdout
+    assert "| float32:64x8192:d1 | 0.336 | 4.123 | 4.123 | compute |" in proc.stdout
+    assert (tmp_path / "step-limit-dry.json").exists()
+    missing = _run("--dry", "--copy-gbs", "4000", "--tflops", "float32=50")
+    assert missing.returncode != 0 and "bfloat16" in missing.stderr
+
+
+def test_without_cuda_it_says_so() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = _run()
+    assert proc.returncode != 0
+    assert "CUDA GPU" in proc.stderr and "--dry" in proc.stderr
+    assert "Traceback" not in proc.stderr  # a message, not a crash
