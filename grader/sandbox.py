@@ -197,6 +197,8 @@ def child_env(workdir: Path, env_extra: Mapping[str, str] | None = None,
         TMPDIR=str(tmp),
         # Kernels compile into the child's own tree, never into a cache another grade shares.
         TRITON_CACHE_DIR=str(workdir / ".triton"),
+        # CUDA_VISIBLE_DEVICES=N must name NVML's GPU N, as in the parent (grader/__init__.py).
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONHASHSEED="0",
     )

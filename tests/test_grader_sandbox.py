@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -45,6 +47,19 @@ def test_ok_with_messages_and_scrubbed_env(tmp_path: Path) -> None:
     assert "GRADER_TEST_SECRET" not in msg["keys"]
     assert msg["cwd"] == str(tmp_path / "work")
     assert msg["flags"] == 1  # python -I
+
+
+def test_children_and_the_parent_number_gpus_in_pci_order(tmp_path: Path) -> None:
+    """NVML's GPU N (what a report names), CUDA's device N here and CUDA_VISIBLE_DEVICES=N in a
+    child are one GPU only when CUDA numbers them in PCI order too, whatever the caller had."""
+    r = run(tmp_path, "send(event='env', order=os.environ.get('CUDA_DEVICE_ORDER'))",
+            env_extra={"CUDA_VISIBLE_DEVICES": "3"})  # fmt: skip
+    assert r.messages[0]["order"] == "PCI_BUS_ID"
+    env = dict(os.environ, CUDA_DEVICE_ORDER="FASTEST_FIRST")
+    done = subprocess.run([sys.executable, "-c", "import os, grader; "
+                           "print(os.environ['CUDA_DEVICE_ORDER'])"], env=env, cwd=REPO,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout.strip() == "PCI_BUS_ID"
 
 
 def test_nonzero_exit(tmp_path: Path) -> None:
