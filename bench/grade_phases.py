@@ -1,12 +1,15 @@
 """Where a whole grade's wall time goes (issue 13: a grade on the H200 within 150 s).
 
-    python bench/grade_phases.py WORKSPACE [--gpu 0] [--out FILE.json]
+    python bench/grade_phases.py WORKSPACE [--gpu 0] [--out FILE.json] [--overlap]
 
 Grades ``WORKSPACE`` as ``python -m grader grade`` does (`grader.grade.grade`, default options)
 with timers around its phases: the export, the gate (`run_gate`) and inside it the parent's fp64
 oracle (`evaluate_item`), the timing (`_run_timing`) and, from the report's telemetry, the time
 each timing process spent per command. The rest of the gate is the child: its start, imports,
-Triton compiles and steps. Prints one JSON object (also written to ``--out``).
+Triton compiles and steps. Prints one JSON object (also written to ``--out``). ``--overlap``
+grades with `GradeOptions.overlap_timing` (the timing children start beside the gate); its timing
+phase is then split into "timing: start" (the plain block measured, the thread started) and
+"timing: after the gate".
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import grader.gate as gate_mod  # noqa: E402
 import grader.grade as grade_mod  # noqa: E402
+import grader.timing_run as timing_run  # noqa: E402
 
 SPENT: dict[str, list[float]] = {}
 
@@ -44,13 +48,18 @@ def main() -> int:
     p.add_argument("workspace", type=Path)
     p.add_argument("--gpu", type=int, default=None)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--overlap", action="store_true",
+                   help="start the timing children beside the gate (GradeOptions.overlap_timing)")
     args = p.parse_args()
     grade_mod.export_submission = timed("export", grade_mod.export_submission)
     grade_mod.run_gate = timed("gate", grade_mod.run_gate)
     gate_mod.evaluate_item = timed("gate: parent's oracle and checks", gate_mod.evaluate_item)
     grade_mod._run_timing = timed("timing", grade_mod._run_timing)
+    grade_mod._start_timing = timed("timing: start", grade_mod._start_timing)
+    timing_run.TimingStart.finish = timed("timing: after the gate", timing_run.TimingStart.finish)
     start = time.monotonic()
-    report = grade_mod.grade(args.workspace, grade_mod.GradeOptions(gpu=args.gpu, progress=False))
+    options = grade_mod.GradeOptions(gpu=args.gpu, progress=False, overlap_timing=args.overlap)
+    report = grade_mod.grade(args.workspace, options)
     wall = time.monotonic() - start
     phases = {k: round(sum(v), 2) for k, v in SPENT.items()}
     phases["gate: the child (start, imports, compiles, steps)"] = round(

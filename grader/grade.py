@@ -26,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy
 import torch
@@ -60,6 +61,9 @@ class GradeOptions:
         progress: Draw a progress bar on stderr.
         keep_dir: Keep the private directory (exported tree, child's files) for debugging.
         final: A final regrade (SPEC §7): every profile's ``final_rounds`` timed rounds.
+        overlap_timing: Start the timing children and warm the baselines up while the gate runs
+            (`grader.timing_run.TimingStart`); off until a GPU run has shown it whole (its
+            docstring says why). Only `bench/grade_phases.py --overlap` sets it.
     """
 
     rev: str = "HEAD"
@@ -70,6 +74,7 @@ class GradeOptions:
     progress: bool = True
     keep_dir: bool = False
     final: bool = False
+    overlap_timing: bool = False
 
 
 def system_info(gpu: int | None) -> SystemInfo:
@@ -207,6 +212,15 @@ def _run_timing(sub_root: Path, config: ScoringConfig, options: GradeOptions,
     )  # fmt: skip
 
 
+def _start_timing(sub_root: Path, config: ScoringConfig, options: GradeOptions,
+                  gpu: int) -> Any:  # fmt: skip
+    """A `grader.timing_run.TimingStart`: its children start while the gate runs."""
+    from grader.timing_run import TimingStart
+
+    return TimingStart(sub_root, config, profile=options.profile, gpu=gpu,
+                       progress=sys.stderr if options.progress else None)  # fmt: skip
+
+
 def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeReport:
     """Grade the committed tree of ``workspace``; every outcome is a `GradeReport`.
 
@@ -253,6 +267,7 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
     tmp = tempfile.mkdtemp(prefix="grade-")
     os.chmod(tmp, 0o700)
     private = Path(tmp)
+    early = None  # a timing run begun beside the gate (overlap_timing), ended in `finally`
     try:
         try:
             sub = export_submission(workspace, private / "tree", config.limits, options.rev)
@@ -272,6 +287,8 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             env = {"CUDA_VISIBLE_DEVICES": str(gpu)}
             device, oracle_device = "cuda:0", f"cuda:{gpu}"
         items = build_items(cases, drift)
+        if gpu is not None and options.overlap_timing:
+            early = _start_timing(sub.root, config, options, gpu)
         gate = run_gate(
             sub.root, private / "gate", config, items, secret,
             device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
@@ -297,7 +314,11 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
         if gpu is None:
             return report(Status.CHECKED_UNTIMED,
                           ["correct on every smoke case; nothing was timed (no GPU)"], **fields)
-        timing = _run_timing(sub.root, config, options, gpu)
+        if early is not None:
+            # The gate child's Triton cache goes to the timing child: the same submission's.
+            timing = early.finish(private / "gate" / ".triton")
+        else:
+            timing = _run_timing(sub.root, config, options, gpu)
         if timing is None:
             fields["not_checked"] = ("timing: not implemented (no grader/timing_run.py)",)
             return report(Status.CHECKED_UNTIMED, ["the gate passed; timing is not implemented"],
@@ -314,6 +335,8 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
         detail = traceback.format_exc(limit=6)
         return report(Status.GRADER_ERROR, [f"grader error: {exc!r}", detail])
     finally:
+        if early is not None:
+            early.cancel()
         if not options.keep_dir:
             import shutil
 

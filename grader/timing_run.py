@@ -6,7 +6,7 @@ judge what they measured.
 submission's process, one step at a time, every step timed by the parent's own clock), and judges
 what was measured with `grader.timing` (`timing_report`). `TimingStart` does the same in two
 parts, so that a gate and the timing's start can run side by side (issue 13's grade within
-150 s); the grade does not use it yet (its docstring says why).
+150 s); a grade uses it only when asked (`GradeOptions.overlap_timing`; its docstring says why).
 """
 
 from __future__ import annotations
@@ -289,12 +289,13 @@ class TimingStart:
     nothing. The plain block's step per shape (the deadlines' unit) is measured here, before the
     thread starts, with the GPU still to ourselves.
 
-    Not yet used by `grader.grade`. Its one GPU run (an H200, 2026-12-02,
+    Off in a grade unless asked for (`GradeOptions.overlap_timing`, `bench/grade_phases.py
+    --overlap`). Its one GPU run (an H200, 2026-12-02,
     `bench/results/grade-phases-h200-2026-12-02/`) warmed the baselines up beside the gate without
     slowing it (gate 99.8 s, as alone), but every submission then crashed at its first timed step:
     the carried cache's Triton group files named the gate's directory. `carry_cache` now renames
-    them (tested against Triton's own cache manager on CPU); the grade takes this path once a
-    GPU run has shown it whole.
+    them (tested against Triton's own cache manager on CPU); grades take this path by default
+    once a GPU run has shown it whole.
 
     Args: those of `run_timing` (``progress``: the stage lines of the start are held back and
         said when `finish` begins, so they do not tear the gate's progress bar).
