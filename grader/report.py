@@ -8,10 +8,13 @@ rules that were not checked listed by name.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
 import math
+import os
+import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
@@ -349,7 +352,21 @@ class GradeReport:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
+        """The report as JSON at ``path``: written to a new file beside it, then renamed over it.
+        Whatever stood at ``path`` (a link or a file a child of the same user made: in a
+        container ``/out`` is writable by the submission's user) is replaced, never written
+        through, and no reader sees half a report."""
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide it from the executor's user
+            with os.fdopen(fd, "w") as f:
+                f.write(self.to_json() + "\n")
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GradeReport:

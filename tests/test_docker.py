@@ -213,6 +213,39 @@ print("launcher built and loaded:", mod.__file__)
 """
 
 
+MOUNT_PROBE = "print([l.split()[3] for l in open('/proc/self/mountinfo') if l.split()[4] == '/out'])"
+
+
+def test_a_report_redirected_through_a_link_is_not_believed(engine: Any, tmp_path: Path) -> None:
+    """tests/corpus/redirects_container_report: the submission (the grader's own uid in the
+    container) points /out/report.json at the host path of /out, which mountinfo shows, and
+    leaves a forged report there. The grader replaces the link with its own report, and the
+    executor never follows a link it finds in /out."""
+    ex = executor(engine, None)
+    # The premise: inside the container, /out's mountinfo root is its host path.
+    (tmp_path / "out").mkdir()
+    kwargs = ex.create_kwargs(request_for(make_workspace(tmp_path / "ws", {"solution.py": ""})),
+                              tmp_path / "ws", tmp_path / "out", None)  # fmt: skip
+    kwargs.update(entrypoint=["python", "-c", MOUNT_PROBE], command=None)
+    container = engine.containers.create(**kwargs)
+    try:
+        container.start()
+        container.wait(timeout=60)
+        logs = container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    assert str(tmp_path / "out") in logs, logs
+
+    ws = corpus_workspace("redirects_container_report", tmp_path / "redirects")
+    report = GradeReport.from_json(executor(engine, ci_config(tmp_path / "s.yaml", ("c3-l2",)))
+                                   .run(request_for(ws), lambda: True))  # fmt: skip
+
+    assert "FORGED" not in report.reasons, report.reasons
+    assert report.status is Status.CHECKED_UNTIMED, report.reasons
+    assert report.tree == git(ws, "rev-parse", "HEAD^{tree}")
+    assert not left(engine)
+
+
 def test_the_image_builds_and_loads_a_triton_launcher_on_its_tmpfs(engine: Any,
                                                                     tmp_path: Path) -> None:  # fmt: skip
     # What Triton does on a GPU the first time a kernel runs: gcc against Python.h, the module
@@ -424,6 +457,25 @@ def test_no_report_and_no_oom_is_an_executor_error_with_the_log(tmp_path: Path) 
     with pytest.raises(ExecutorError, match="(?s)status 1 and wrote no report.*last words"):
         DockerExecutor("img", worker="w", client=fake_client(api)).run(request_for(ws),
                                                                        lambda: True)  # fmt: skip
+
+
+def test_a_report_left_as_a_link_is_not_read(tmp_path: Path, sample_report: Path) -> None:
+    """A link at /out/report.json is the container's making (the submission runs as the
+    grader's user there; tests/corpus/redirects_container_report): it may name any path of this
+    host, so it is never followed, even to a report that agrees with the exit status."""
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "x = 1\n"})
+    request = request_for(ws)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def link(out: Path) -> tuple[int, dict[str, Any]]:
+        code, state = _writes(sample_report, request, Status.CHECKED_UNTIMED)(elsewhere)
+        (out / "report.json").symlink_to(elsewhere / "report.json")
+        return code, state
+
+    api = RecordingAPI(then=link)
+    with pytest.raises(ExecutorError, match="wrote no report"):
+        DockerExecutor("img", worker="w", client=fake_client(api)).run(request, lambda: True)
 
 
 def test_an_oom_kill_beside_a_crash_report_is_out_of_memory(tmp_path: Path,

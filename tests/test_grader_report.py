@@ -49,6 +49,23 @@ def test_round_trip_with_everything() -> None:
     assert "gate_failed" in render_table(report)
 
 
+def test_write_json_replaces_what_stands_at_the_path_never_writes_through_it(tmp_path) -> None:
+    """In a container a child of the grader's own user can leave a link (or a forged file) at
+    the report's path (tests/corpus/redirects_container_report): the grader's report replaces
+    it, the link's target is untouched, and the file is readable by the executor's user."""
+    target = tmp_path / "elsewhere.json"
+    target.write_text("forged")
+    path = tmp_path / "report.json"
+    path.symlink_to(target)
+    report = make(Status.CHECKED_UNTIMED, None, reasons=("real",))
+    report.write_json(path)
+
+    assert not path.is_symlink() and GradeReport.from_json(path.read_text()).reasons == ("real",)
+    assert target.read_text() == "forged"
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.json", "report.json"]
+
+
 @pytest.mark.parametrize("status", [s for s in Status if not s.passed])
 def test_failures_are_zero_with_a_reason(status: Status) -> None:
     assert make(status, 0.0).exit_code == ExitCode[status.name]

@@ -33,6 +33,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -331,13 +332,27 @@ def _kill(container: Any) -> None:
         container.wait(timeout=30)
 
 
+def _read_out(path: Path, limit: int) -> str | None:
+    """A regular file the container left in ``/out``, or None: none, a link (the container's
+    making: it may name any path of this host, and the grader replaces its own report, never
+    writes through one), a FIFO or anything not a file, or more than ``limit`` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        return f.read(limit + 1)[:limit].decode(errors="replace")
+
+
 def _read_report(path: Path) -> GradeReport | None:
     """The report the container left, or None when there is none or it is not a report."""
+    text = _read_out(path, MAX_REPORT_BYTES)
     try:
-        if not path.is_file() or path.stat().st_size > MAX_REPORT_BYTES:
-            return None
-        return GradeReport.from_json(path.read_text())
-    except (OSError, ValueError, TypeError, KeyError):
+        return GradeReport.from_json(text) if text is not None else None
+    except (ValueError, TypeError, KeyError):
         return None
 
 
@@ -346,10 +361,9 @@ def _system(request: GradeRequest, out: Path) -> SystemInfo:
     before grading (``/out/system.json``; the container's own words, so only strings are
     kept)."""
     facts: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        path = out / "system.json"
-        if path.stat().st_size < 4096:
-            facts = json.loads(path.read_text())
+    text = _read_out(out / "system.json", 4095)
+    with contextlib.suppress(ValueError):
+        facts = json.loads(text) if text is not None else {}
     keys = ("python", "torch", "triton", "numpy", "platform", "hostname")
     known = {k: str(facts.get(k, "unknown"))[:200] for k in keys} if isinstance(facts, dict) \
         else dict.fromkeys(keys, "unknown")
