@@ -362,10 +362,10 @@ def carry_cache(source: Path, dest: Path, limit: int = CARRIED_CACHE_BYTES) -> i
     and anything else skipped, nothing at all past ``limit`` bytes; the bytes copied.
 
     Triton's group files (``__grp__*.json``) name their members by absolute path: those under
-    ``source`` are renamed under ``dest`` and any other is dropped (a group that names the
-    gate's directory sends the timing child into a directory its sandbox forbids: on an H200,
-    2026-12-02, every carried grade crashed at its first step that way). A group file that is
-    not Triton's JSON is left out: that kernel is compiled again.
+    ``source`` (written without ``..``) are renamed under ``dest`` and any other is dropped (a
+    group that names the gate's directory sends the timing child into a directory its sandbox
+    forbids: on an H200, 2026-12-02, every carried grade crashed at its first step that way). A
+    group file that is not Triton's JSON is left out: that kernel is compiled again.
     """
     files: list[Path] = []
     total = 0
@@ -398,7 +398,11 @@ def _regrouped(text: str, source: Path, dest: Path) -> str:
         raise ValueError("not a Triton group file")
     moved = {}
     for member, where in paths.items():
-        if isinstance(where, str) and Path(where).is_relative_to(source):
+        # Lexically normal first: "<source>/../x" is not under source, whatever is_relative_to
+        # says of its words.
+        if not isinstance(where, str) or os.path.normpath(where) != where:
+            continue
+        if Path(where).is_relative_to(source):
             moved[member] = str(dest / Path(where).relative_to(source))
     return json.dumps({"child_paths": moved})
 

@@ -162,7 +162,8 @@ def test_carry_cache_copies_regular_files_only_and_nothing_past_its_limit(tmp_pa
     (src / "dirlink").symlink_to(tmp_path)
 
     group = {"child_paths": {"a.cubin": str(src / "k1" / "a.cubin"),
-                             "a.json": str(src / "k1" / "a.json"), "x.so": str(secret)}}
+                             "a.json": str(src / "k1" / "a.json"), "x.so": str(secret),
+                             "up.so": f"{src}/k1/../../secret"}}
     (src / "k1" / "__grp__a.json").write_text(json.dumps(group))
     (src / "k2").mkdir()
     (src / "k2" / "__grp__b.json").write_text("not json")
