@@ -25,6 +25,11 @@
 #                                           #   reference on them, a naive grade with 64-thread pools
 #   bash bench/gpu_session.sh coverage      # ~9 min: 10 timing phases of the reference-as-submission
 #                                           #   and the coverage of their 95% intervals
+#   bash bench/gpu_session.sh grade-fast    # ~9.5 min: a whole grade's time (reference, naive) with
+#                                           #   the gate over two children and the timing's start
+#                                           #   beside it, then the gate and timing corpora
+#   GRADES=3 bash bench/gpu_session.sh grades  # ~7 min: whole grades of the reference, their spread
+#   PAIRS=2 bash bench/gpu_session.sh ab    # ~9 min: sequential and --overlap grades alternated
 #
 # The first six take ~33 device-minutes with starts; a 30-minute session runs the ones its change needs.
 #
@@ -36,7 +41,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -70,6 +75,30 @@ PY
     mkdir -p "$naive" && cp tests/corpus/naive_triton/solution.py "$naive/"
     git -C "$naive" init -q && git -C "$naive" add -A \
         && git -C "$naive" -c user.name=g -c user.email=g@g commit -qm naive
+}
+
+# $ref: a committed workspace of the reference as the submission (tests/timing_workspace.py).
+reference_ws() {
+    ref=$(mktemp -d)/ref
+    python3 - "$ref" <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, "tests")
+from timing_workspace import REFERENCE_SOLUTION, make_workspace
+make_workspace(Path(sys.argv[1]), REFERENCE_SOLUTION, git=True)
+PY
+}
+
+# One whole grade with per-phase timers (bench/grade_phases.py), its score and wall in one line.
+phased() {
+    local name=$1 ws=$2
+    shift 2
+    timeout "${LIMIT:-280}" python3 bench/grade_phases.py "$ws" --gpu 0 --out "$OUT/$name.json" \
+        --report "$OUT/$name-report.json" "$@" \
+        > "$OUT/$name.log" 2>&1
+    echo "$name: rc=$? at $(elapsed)s $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); \
+print(d['status'], d['score'], 'wall', d['wall_s'], {k: v for k, v in d['phases_s'].items()})" \
+        "$OUT/$name.json" 2>&1 | cut -c1-400)"
 }
 
 case "$phase" in
@@ -162,6 +191,51 @@ trust-check)
     suite census-gpu 30 -m gpu tests/test_census.py | tee -a "$OUT/summary.txt"
     echo "phase done at $(elapsed)s" | tee -a "$OUT/summary.txt"
     tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
+    ;;
+grade-fast)
+    # Issue 13's "a whole grade within 150 s": the gate's items over two children
+    # (limits.gate_processes) and the timing's start beside the gate (--overlap), on the reference
+    # and on the naive control; then the gate corpus (4 grades at a time) and the timing corpus
+    # side by side, each the other's neighbour on the GPU.
+    versions > "$OUT/summary.txt" 2>&1
+    reference_ws
+    naive_pools64
+    phased grade-reference-overlap "$ref" --overlap | tee -a "$OUT/summary.txt"
+    LIMIT=200 phased grade-naive-overlap "$naive" --overlap | tee -a "$OUT/summary.txt"
+    left=$(( 560 - $(elapsed) ))
+    suite grader-gpu "$left" -n 4 tests/test_grader_gpu.py > "$OUT/s1.txt" &
+    suite timing-gpu "$left" tests/test_timing_gpu.py > "$OUT/s2.txt" &
+    wait
+    cat "$OUT"/s[12].txt | tee -a "$OUT/summary.txt"
+    grep -E "^(FAILED|ERROR)" "$OUT"/grader-gpu.log "$OUT"/timing-gpu.log | cut -c1-400 \
+        | tee -a "$OUT/summary.txt"
+    rm -f "$OUT"/s[12].txt
+    ;;
+grades)
+    # Whole grades of the reference as the submission, one after another (GRADES of them, default
+    # 3; ~120 s each): their spread is issue 13's "five grades within 0.005". EXTRA: options for
+    # bench/grade_phases.py (e.g. --overlap). TIMING_CORPUS=1 runs the timing corpus first,
+    # alone on the GPU.
+    if [ -n "${TIMING_CORPUS:-}" ]; then
+        suite timing-gpu 230 tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+        grep -E "^(FAILED|ERROR)" "$OUT"/timing-gpu.log | cut -c1-400 | tee -a "$OUT/summary.txt"
+    fi
+    versions > "$OUT/summary.txt" 2>&1
+    reference_ws
+    for i in $(seq 1 "${GRADES:-3}"); do
+        phased "grade-reference-$i" "$ref" ${EXTRA:-} | tee -a "$OUT/summary.txt"
+    done
+    ;;
+ab)
+    # Does starting the timing beside the gate move the score? Whole grades of the reference,
+    # sequential and --overlap alternated on one machine (PAIRS of them, default 2; ~260 s a pair),
+    # each with its report (per-shape medians, r, g, clock disagreements).
+    versions > "$OUT/summary.txt" 2>&1
+    reference_ws
+    for i in $(seq 1 "${PAIRS:-2}"); do
+        LIMIT=150 phased "ab-sequential-$i" "$ref" | tee -a "$OUT/summary.txt"
+        LIMIT=150 phased "ab-overlap-$i" "$ref" --overlap | tee -a "$OUT/summary.txt"
+    done
     ;;
 trust-close)
     # Issue 13 after calls 5-6: a whole grade and two timing phases of the reference-as-submission

@@ -1,15 +1,18 @@
 """Where a whole grade's wall time goes (issue 13: a grade on the H200 within 150 s).
 
-    python bench/grade_phases.py WORKSPACE [--gpu 0] [--out FILE.json] [--overlap]
+    python bench/grade_phases.py WORKSPACE [--gpu 0] [--out FILE.json] [--report FILE.json]
+                                 [--overlap]
 
 Grades ``WORKSPACE`` as ``python -m grader grade`` does (`grader.grade.grade`, default options)
-with timers around its phases: the export, the gate (`run_gate`) and inside it the parent's fp64
-oracle (`evaluate_item`), the timing (`_run_timing`) and, from the report's telemetry, the time
-each timing process spent per command. The rest of the gate is the child: its start, imports,
-Triton compiles and steps. Prints one JSON object (also written to ``--out``). ``--overlap``
-grades with `GradeOptions.overlap_timing` (the timing children start beside the gate); its timing
-phase is then split into "timing: start" (the plain block measured, the thread started) and
-"timing: after the gate".
+with timers around its phases: the export, the gate (`run_gate`; its children, side by side
+when `limits.gate_processes` > 1) and inside it the parent's fp64 oracle (`evaluate_item`), and
+the timing (`_run_timing`). The rest of the gate is the children: their start, imports, Triton
+compiles and steps. From the report: the time each timing process spent per command, and per
+timed shape its medians, r, g, score and the submission's steps that disagreed with the parent's
+clock (``--report`` writes the whole report too). Prints one JSON object (also written to
+``--out``). ``--overlap`` grades with `GradeOptions.overlap_timing` (the timing children start
+beside the gate); its timing phase is then split into "timing: start" (the plain block measured,
+the thread started) and "timing: after the gate".
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ def main() -> int:
     p.add_argument("workspace", type=Path)
     p.add_argument("--gpu", type=int, default=None)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--report", type=Path, default=None, help="also write the grade's report here")
     p.add_argument("--overlap", action="store_true",
                    help="start the timing children beside the gate (GradeOptions.overlap_timing)")
     args = p.parse_args()
@@ -65,12 +69,20 @@ def main() -> int:
     phases["gate: the child (start, imports, compiles, steps)"] = round(
         phases.get("gate", 0.0) - phases.get("gate: parent's oracle and checks", 0.0), 2)
     commands: dict[str, Any] = {}
+    shapes: list[dict[str, Any]] = []
     if report.timing is not None:
         for proc, table in report.timing.telemetry.get("command_s", {}).items():
             commands[proc] = {cmd: {"count": n, "s": round(s, 2)} for cmd, (n, s) in table.items()}
+        for shape in report.timing.shapes:
+            shapes.append({k: getattr(shape, k) for k in (
+                "label", "status", "t_plain_ms", "t_ref_ms", "t_sub_ms", "t_plain_alone_ms",
+                "t_ref_alone_ms", "r", "g", "score", "overhead_ms", "clock_disagreements")})
+    if args.report:
+        report.write_json(args.report)
     out = {"status": report.status.value, "score": report.score, "reasons": report.reasons[:3],
            "wall_s": round(wall, 2),
            "items": len(report.cases), "phases_s": phases, "timing_commands": commands,
+           "shapes": shapes,
            "system": {"gpu": report.system.gpu_name, "torch": report.system.torch,
                       "triton": report.system.triton}}
     text = json.dumps(out, indent=1)

@@ -14,7 +14,8 @@ gradient backward. Both rates are measured in the same run, on the same GPU: the
 from a large device-to-device copy (read + write, 2 bytes moved per byte copied), the matmul rate
 from a large square ``torch.matmul`` of the shape's dtype under the default flags (fp32 without
 TF32: ``torch.backends.cuda.matmul.allow_tf32`` is False by default and this script never sets
-it; the flags are recorded).
+it; the flags are recorded). ``bench/reference.py`` reports the same limit next to its own step
+times, with the rates measured once in its run (`measure_rates`, `Rates.limit`).
 
 With ``--time``, every shape's full training step (forward, backward with a dense upstream
 gradient, all four gradients) is timed for the chosen variants: ``eager`` (the frozen block),
@@ -69,6 +70,8 @@ RATE_REPS = 20
 VARIANTS = ("eager", "reference", "reference_fused_mlp", "compile", "compile_max_autotune")
 DEFAULT_VARIANTS = ("eager", "reference", "compile", "compile_max_autotune")
 COMPILE_MODES = {"compile": None, "compile_max_autotune": "max-autotune-no-cudagraphs"}
+LIMIT_MODEL = (f"memory {MEMORY_PASSES}·N·e / copy; compute {GEMMS_PER_STEP}·2·(B·L)·C·(E·C) / "
+               "matmul; limit = max")
 
 
 # ----------------------------------------------------------------------------- the model
@@ -147,35 +150,46 @@ def parse_rates(text: str) -> dict[str, float]:
 # ----------------------------------------------------------------------------- measured rates
 
 
-def _median_ms(fn: Callable[[], object], reps: int) -> float:
-    """Median CUDA-event time of ``fn`` over reps (after one untimed run)."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+def _once_ms(fn: Callable[[], object], device: torch.device) -> float:
+    """One run of ``fn``: CUDA events on a GPU, the wall clock elsewhere (a CPU smoke run, whose
+    rates mean nothing)."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
         fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+        return (time.perf_counter() - t0) * 1e3
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
 
 
-def measure_copy_gbs(device: torch.device, nbytes: int = COPY_BYTES) -> float:
+def _median_ms(fn: Callable[[], object], reps: int, device: torch.device) -> float:
+    """Median time of ``fn`` over reps, after one untimed run."""
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    times = sorted(_once_ms(fn, device) for _ in range(reps))
+    return times[len(times) // 2]
+
+
+def measure_copy_gbs(device: torch.device, nbytes: int = COPY_BYTES, reps: int = RATE_REPS
+                     ) -> float:
     """Device-to-device copy bandwidth, GB/s, counting the read and the write."""
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    ms = _median_ms(lambda: dst.copy_(src), RATE_REPS)
+    ms = _median_ms(lambda: dst.copy_(src), reps, device)
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
-def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int = MATMUL_N) -> float:
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int = MATMUL_N,
+                          reps: int = RATE_REPS) -> float:
     """Dense rate of an n×n×n ``torch.matmul`` under the process's (default) flags, TFLOP/s."""
     gen = torch.Generator(device=device).manual_seed(0)
     a = torch.randn((n, n), generator=gen, device=device).to(dtype)
     b = torch.randn((n, n), generator=gen, device=device).to(dtype)
-    ms = _median_ms(lambda: torch.matmul(a, b), RATE_REPS)
+    ms = _median_ms(lambda: torch.matmul(a, b), reps, device)
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
@@ -183,6 +197,46 @@ def matmul_flags() -> dict[str, Any]:
     """The flags that decide what an fp32 matmul runs on."""
     return {"allow_tf32": torch.backends.cuda.matmul.allow_tf32,
             "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the step limit divides by: copy bandwidth (GB/s) and dense matmul rate per dtype name
+    (TFLOP/s), with the matmul flags they were measured under and where they come from."""
+
+    copy_gbs: float
+    matmul_tflops: dict[str, float]
+    source: str
+    flags: dict[str, Any] = field(default_factory=dict)
+
+    def limit(self, shape: LimitShape, channels: int, expansion: int) -> StepLimit:
+        """The step limit of a shape at these rates.
+
+        Raises:
+            ValueError: When no matmul rate was measured or given for the shape's dtype.
+        """
+        if shape.dtype not in self.matmul_tflops:
+            raise ValueError(f"no matmul rate for {shape.dtype} ({shape.label}); rates are "
+                             f"for {sorted(self.matmul_tflops)}")
+        return step_limit(shape, channels, expansion, self.copy_gbs,
+                          self.matmul_tflops[shape.dtype])
+
+
+def _sig4(value: float) -> float:
+    """Four significant figures: far below a rate's run-to-run spread, so a report shows the
+    numbers its limits use (and a slow CPU smoke rate does not round to zero)."""
+    return float(f"{value:.4g}")
+
+
+def measure_rates(device: torch.device, dtypes: Sequence[str], copy_bytes: int = COPY_BYTES,
+                  matmul_n: int = MATMUL_N, reps: int = RATE_REPS) -> Rates:
+    """The copy bandwidth once and the matmul rate once per dtype name, on ``device``."""
+    copy_gbs = measure_copy_gbs(device, copy_bytes, reps)
+    tflops = {name: measure_matmul_tflops(device, DTYPES[name], matmul_n, reps)
+              for name in sorted(set(dtypes))}
+    return Rates(_sig4(copy_gbs), {k: _sig4(v) for k, v in tflops.items()},
+                 source=f"measured in this run ({copy_bytes >> 20} MiB copy, {matmul_n}² matmul, "
+                        f"median of {reps})", flags=matmul_flags())
 
 
 # ----------------------------------------------------------------------------- step timing
@@ -199,6 +253,44 @@ class ShapeReport:
     compile_s: dict[str, float] = field(default_factory=dict)
     vs_eager_rel: dict[str, float] = field(default_factory=dict)
     error: str = ""
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    """One shape's step inputs, and the weights every block timed on it starts from."""
+
+    channels: int
+    dilation: int
+    dtype: torch.dtype
+    device: torch.device
+    state: dict[str, torch.Tensor]  # the frozen block's default init from seed 0
+    x: torch.Tensor  # input (B, L, C), drawn on the device from seed 1
+    grad: torch.Tensor  # dense upstream gradient, the next draw
+
+    def build(self, cls: type) -> torch.nn.Module:
+        """A block of ``cls`` (the frozen or the reference block) carrying these weights."""
+        cfg = load_config().block
+        block = cls(self.channels, self.dilation, cfg.expansion, cfg.eps, cfg.residual_scale)
+        block = block.to(self.device, self.dtype)
+        block.load_state_dict(self.state)
+        return block
+
+
+def step_setup(shape: LimitShape, channels: int, device: torch.device) -> StepSetup:
+    """Same weights for every variant, so their agreement is a check of what was timed. The
+    inputs are drawn on the device: the CPU draw of make_inputs costs seconds at these sizes."""
+    from task.model import DilatedResidualBlock as FrozenBlock
+
+    cfg = load_config().block
+    dtype = DTYPES[shape.dtype]
+    torch.manual_seed(0)
+    state = FrozenBlock(channels, shape.dilation, cfg.expansion, cfg.eps,
+                        cfg.residual_scale).to(device, dtype).state_dict()
+    gen = torch.Generator(device=device).manual_seed(1)
+    dims = (shape.batch, shape.length, channels)
+    x = torch.randn(dims, generator=gen, device=device).to(dtype)
+    grad = torch.randn(dims, generator=gen, device=device).to(dtype)
+    return StepSetup(channels, shape.dilation, dtype, device, state, x, grad)
 
 
 def _fused_mlp_step(block: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -221,28 +313,14 @@ def time_steps(shape: LimitShape, variants: Sequence[str], channels: int, rounds
     from reference.tuning.timing import HIDE_LAUNCH_FLUSH_BYTES, make_l2_flush, time_interleaved
     from task.model import DilatedResidualBlock as FrozenBlock
 
-    cfg = load_config().block
-    dtype = DTYPES[shape.dtype]
-    torch.manual_seed(0)
-    state = FrozenBlock(channels, shape.dilation, cfg.expansion, cfg.eps,
-                        cfg.residual_scale).to(device, dtype).state_dict()
-    gen = torch.Generator(device=device).manual_seed(1)
-    dims = (shape.batch, shape.length, channels)
-    x = torch.randn(dims, generator=gen, device=device).to(dtype)
-    grad = torch.randn(dims, generator=gen, device=device).to(dtype)
-
-    def build(cls: type) -> torch.nn.Module:
-        block = cls(channels, shape.dilation, cfg.expansion, cfg.eps, cfg.residual_scale)
-        block = block.to(device, dtype)
-        block.load_state_dict(state)
-        return block
-
+    setup = step_setup(shape, channels, device)
+    x, grad = setup.x, setup.grad
     torch._dynamo.reset()
     blocks: dict[str, torch.nn.Module] = {}
     forwards: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
     for name in variants:
         cls = ReferenceBlock if name.startswith("reference") else FrozenBlock
-        blocks[name] = build(cls)
+        blocks[name] = setup.build(cls)
         if name == "reference_fused_mlp":
             forwards[name] = _fused_mlp_step(blocks[name])
         elif name in COMPILE_MODES:
@@ -337,8 +415,7 @@ def _write(out_dir: Path, tag: str, meta: dict[str, Any], reports: Sequence[Shap
 def _meta(command: str) -> dict[str, Any]:
     return {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "command": command, "torch": torch.__version__, "python": platform.python_version(),
-            "model": f"memory {MEMORY_PASSES}·N·e / copy; compute {GEMMS_PER_STEP}·2·(B·L)·C·"
-                     "(E·C) / matmul; limit = max"}
+            "model": LIMIT_MODEL}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -384,9 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         missing = sorted({s.dtype for s in shapes} - set(rates))
         if args.copy_gbs is None or missing:
             raise SystemExit(f"--dry needs --copy-gbs and --tflops for {missing or 'each dtype'}")
-        meta.update(copy_gbs=args.copy_gbs, matmul_tflops=rates, source="given (--dry)")
-        reports = [ShapeReport(s, step_limit(s, block.channels, block.expansion, args.copy_gbs,
-                                             rates[s.dtype])) for s in shapes]
+        given = Rates(args.copy_gbs, rates, source="given (--dry)")
+        meta.update(copy_gbs=given.copy_gbs, matmul_tflops=given.matmul_tflops,
+                    source=given.source)
+        reports = [ShapeReport(s, given.limit(s, block.channels, block.expansion))
+                   for s in shapes]
         if args.out_dir is not None:
             _write(args.out_dir, args.tag or "dry", meta, reports, [])
         print(markdown(meta, reports, []))
@@ -398,13 +477,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "for the model's numbers without one")
     device = torch.device("cuda")
     name = torch.cuda.get_device_name(device)
-    copy_gbs = measure_copy_gbs(device)
-    rates = {dt: measure_matmul_tflops(device, DTYPES[dt]) for dt in sorted({s.dtype
-                                                                           for s in shapes})}
-    meta.update(gpu=name, cuda=torch.version.cuda, copy_gbs=round(copy_gbs, 1),
-                matmul_tflops={k: round(v, 2) for k, v in rates.items()},
-                matmul_flags=matmul_flags(), source=f"measured in this run ({COPY_BYTES >> 20} "
-                f"MiB copy, {MATMUL_N}² matmul, median of {RATE_REPS})")
+    measured = measure_rates(device, [s.dtype for s in shapes])
+    meta.update(gpu=name, cuda=torch.version.cuda, copy_gbs=measured.copy_gbs,
+                matmul_tflops=measured.matmul_tflops, matmul_flags=measured.flags,
+                source=measured.source)
     if args.time:
         import triton
 
@@ -417,8 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tag = args.tag or name.split()[-1].lower()
     reports: list[ShapeReport] = []
     for shape in shapes:
-        report = ShapeReport(shape, step_limit(shape, block.channels, block.expansion, copy_gbs,
-                                               rates[shape.dtype]))
+        report = ShapeReport(shape, measured.limit(shape, block.channels, block.expansion))
         if timed:
             try:
                 samples, report.compile_s, report.vs_eager_rel = time_steps(

@@ -348,7 +348,14 @@ class Deadlines:
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-phase child limits and the limits on a submitted tree."""
+    """Per-phase child limits and the limits on a submitted tree.
+
+    Attributes:
+        gate_processes: Children the gate's items are dealt to, run side by side (each under
+            ``gate``'s limits): a submission's first run of each kernel is its Triton compile,
+            on the CPU, one after another in one process. Never more than the CPUs this process
+            may use (`grader.gate_children.gate_processes`).
+    """
 
     load: PhaseLimit
     gate: PhaseLimit
@@ -357,8 +364,10 @@ class Limits:
     tree_max_mb: float = 16.0
     tree_max_files: int = 200
     file_max_mb: float = 4.0
+    gate_processes: int = 1
 
     def __post_init__(self) -> None:
+        _positive("gate_processes", self.gate_processes)
         _positive("tree_max_mb", self.tree_max_mb)
         _positive("tree_max_files", self.tree_max_files)
         _positive("file_max_mb", self.file_max_mb)

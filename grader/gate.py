@@ -1,7 +1,8 @@
 """The correctness gate of SPEC §3, trusted side: inputs, ground truth, budgets, verdicts.
 
 This module holds the secret seed, draws every item's inputs from it, computes the fp64 truth and
-compares. It never imports submission code: one child (``grader/child/gate.py``) runs every item,
+compares. It never imports submission code: children (``grader/child/gate.py``; one, or several
+side by side with the items dealt out by case, `grader.gate_children`) run the items, each child
 one at a time, told over its stdin; each item's inputs are written into the child's directory
 just before its ``go`` and its outputs come back as bytes in the item's ``item_done`` frame, read
 before the next item starts (so no submission code runs between the outputs and the parent).
@@ -19,8 +20,10 @@ import json
 import math
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,8 +31,10 @@ from typing import Any
 import torch
 
 from grader import census
-from grader.config import Budget, Case, DeadlineRule, ScoringConfig
+from grader.checks import GRAD_KEYS, exact_check, forward_check, rel_l2_check
+from grader.config import Case, DeadlineRule, ScoringConfig
 from grader.deadlines import plain_step_seconds
+from grader.gate_children import shard_items, worst_child
 from grader.report import CaseResult, CheckResult, RuleFinding, Severity
 from grader.sandbox import (
     ARM_EVENT,
@@ -47,10 +52,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CHILD_SCRIPT = Path(__file__).resolve().parent / "child" / "gate.py"
 FORBIDDEN_DIRS = (REPO_ROOT / "grader", REPO_ROOT / "reference")
 PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
-GRAD_KEYS = ("grad_x", "grad_conv", "grad_fc1", "grad_fc2")
-# A gradient whose reference is (near) zero has no relative scale; below this RMS per element the
-# norm of the reference is replaced by it, so exact-zero truths still allow rounding noise.
-_GRAD_NORM_FLOOR = 1e-6
 _MAX_OUTPUT_BYTES = 2 << 30
 
 
@@ -85,10 +86,12 @@ class GateResult:
         items: The items, in the order run.
         cases: One result per item (a missing output is a failed result with its reason).
         findings: Run-time rule findings the child reported.
-        child: How the child ended.
+        child: How the child ended; of several, the one whose ending weighs most
+            (`grader.gate_children.worst_child`: a tampered channel, then a hang, a crash ...).
         load_error: Traceback text when importing or constructing failed before any item.
         frames: Item name → where the submission raised in that item: the last frames of the
             traceback inside the submission's files (``file:line in function: source``).
+        children: How each child ended, in the order of `shard_items`.
     """
 
     items: tuple[GateItem, ...]
@@ -97,6 +100,7 @@ class GateResult:
     child: ChildResult
     load_error: str = ""
     frames: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    children: tuple[ChildResult, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -165,87 +169,6 @@ def _job_item(item: GateItem, config: ScoringConfig) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- checks
-
-
-def forward_check(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> CheckResult:
-    """Elementwise ``|out − ref| ≤ atol + rtol·|ref|``; error is the worst ratio (budget 1)."""
-    out64 = out.to(torch.float64)
-    if not torch.isfinite(out64).all():
-        bad = int((~torch.isfinite(out64)).sum())
-        return CheckResult("forward", False, math.inf, 1.0, math.inf,
-                           f"{bad} of {out64.numel()} output values are not finite")  # fmt: skip
-    diff = (out64 - ref).abs()
-    allowed = budget.forward_atol + budget.forward_rtol * ref.abs()
-    ratio = diff / allowed
-    worst = float(ratio.max()) if ratio.numel() else 0.0
-    passed = worst <= 1.0
-    detail = ""
-    if not passed:
-        i = int(ratio.argmax())
-        idx = tuple(int(v) for v in torch.unravel_index(torch.tensor(i), ratio.shape))
-        detail = (
-            f"output off by {float(diff.flatten()[i]):.3g} at {idx} (got "
-            f"{float(out64.flatten()[i]):.6g}, expected {float(ref.flatten()[i]):.6g}; allowed "
-            f"{float(allowed.flatten()[i]):.3g}); {int((ratio > 1).sum())} values over budget"
-        )
-    return CheckResult("forward", passed, worst, 1.0, worst, detail)
-
-
-def rel_l2_check(name: str, got: torch.Tensor, ref: torch.Tensor, budget: float) -> CheckResult:
-    """``‖got − ref‖₂ / ‖ref‖₂ ≤ budget`` (the norm floored, see ``_GRAD_NORM_FLOOR``)."""
-    got64 = got.to(torch.float64)
-    if not torch.isfinite(got64).all():
-        bad = int((~torch.isfinite(got64)).sum())
-        return CheckResult(name, False, math.inf, budget, math.inf,
-                           f"{bad} of {got64.numel()} values are not finite")  # fmt: skip
-    ref_norm = float(ref.norm())
-    floor = _GRAD_NORM_FLOOR * math.sqrt(max(ref.numel(), 1))
-    error = float((got64 - ref).norm()) / max(ref_norm, floor)
-    passed = error <= budget
-    detail = "" if passed else f"relative L2 error {error:.3g} > budget {budget:.3g}"
-    return CheckResult(name, passed, error, budget, error / budget, detail)
-
-
-def forward_utilisation(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> float:
-    """`forward_check`'s utilisation alone (inf when a value is not finite)."""
-    return float(forward_check(out.detach(), ref, budget).utilisation)
-
-
-def grad_utilisation(got: torch.Tensor | None, ref: torch.Tensor, budget: Budget) -> float:
-    """`rel_l2_check`'s utilisation against ``budget.grad_rel`` (inf when missing)."""
-    if got is None:
-        return math.inf
-    return float(rel_l2_check("grad", got.detach(), ref, budget.grad_rel).utilisation)
-
-
-def step_utilisation(block: torch.nn.Module, x: torch.Tensor, out: torch.Tensor, ref: Any,
-                     budget: Budget) -> dict[str, float]:
-    """Utilisation of one training step's output and four gradients against the oracle's
-    `task.oracle.oracle_step` result ``ref``: ``forward`` then `GRAD_KEYS` (x's and the
-    weights' ``.grad``; inf where one is missing)."""
-    grads = {"grad_x": x.grad}
-    grads.update({key: getattr(block, key.removeprefix("grad_")).weight.grad
-                  for key in GRAD_KEYS[1:]})
-    return {"forward": forward_utilisation(out, ref.out, budget),
-            **{key: grad_utilisation(got, getattr(ref, key), budget) for key, got in grads.items()}}
-
-
-def exact_check(name: str, got: torch.Tensor, expected: torch.Tensor) -> CheckResult:
-    """Bit-for-bit equality (same dtype and shape, equal values; -0.0 equals 0.0)."""
-    if got.dtype != expected.dtype or got.shape != expected.shape:
-        return CheckResult(name, False, detail=(
-            f"got {got.dtype} {tuple(got.shape)}, expected {expected.dtype} "
-            f"{tuple(expected.shape)}"))  # fmt: skip
-    differ = got != expected
-    if got.dtype.is_floating_point:
-        differ = differ & ~(torch.isnan(got) & torch.isnan(expected))
-    count = int(differ.sum())
-    if count == 0:
-        return CheckResult(name, True)
-    i = int(differ.flatten().nonzero()[0])
-    return CheckResult(name, False, detail=(
-        f"{count} of {got.numel()} values differ; first at flat index {i}: got "
-        f"{float(got.flatten()[i])!r}, expected {float(expected.flatten()[i])!r}"))  # fmt: skip
 
 
 def _meta_checks(meta: dict[str, Any], item: GateItem, device: str) -> list[CheckResult]:
@@ -581,68 +504,118 @@ def run_gate(
     env_extra: dict[str, str] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     oracle_device: str = "cpu",
+    processes: int = 1,
 ) -> GateResult:
-    """Run every item in one child and check its outputs here.
+    """Run the items in ``processes`` children side by side and check their outputs here.
+
+    Each child gets its own copy of the tree (``workdir/child-<k>``) and its share of the items
+    (`grader.gate_children.shard_items`), under ``limits`` each, and talks to its own
+    `_Conversation`; all of them compile into one Triton cache, ``workdir/.triton`` (the timing
+    child's starting cache).
 
     Args:
         submission_dir: The exported tree (read-only to us; copied into ``workdir``).
-        workdir: A fresh directory: the child's copy of the tree and its only writable place.
+        workdir: A fresh directory: the children's copies of the tree and their only writable
+            places.
         config: The scoring config (budgets, drift steps).
         items: From `build_items`.
         secret: The grade's secret seed (never leaves this process).
         device: ``cuda:0`` (as the child sees it) or ``cpu``.
-        limits: The child's limits.
-        env_extra: Added to the child's environment (CUDA_VISIBLE_DEVICES, TRITON_INTERPRET).
-        progress: Called with (item name, items finished, items total) as the child advances.
+        limits: Each child's limits.
+        env_extra: Added to the children's environment (CUDA_VISIBLE_DEVICES, TRITON_INTERPRET).
+        progress: Called with (item name, items finished, items total) as the children advance.
         oracle_device: Where the fp64 truth is computed.
+        processes: How many children at most (`grader.gate_children.gate_processes`).
     """
     if workdir.exists():
         shutil.rmtree(workdir)
-    shutil.copytree(submission_dir, workdir)
-    (workdir / ".grader").mkdir()
-    job = {
-        "device": device,
-        "forbidden_dirs": [str(d) for d in FORBIDDEN_DIRS],
-        "items": [_job_item(item, config) for item in items],
-    }
-    job_path = workdir / ".grader" / "job.json"
-    job_path.write_text(json.dumps(job))
-    talk = _Conversation(items, secret, workdir, progress,
-                         config.limits.deadlines.for_device(device), oracle_device,
-                         config.correctness.drift.steps)
-    child = run_child(CHILD_SCRIPT, workdir, [str(REPO_ROOT), str(job_path)], limits,
-                      env_extra=env_extra, on_message=talk, deadline=talk.deadline,
-                      arm=True)  # fmt: skip
+    workdir.mkdir(parents=True)
+    env = {**(env_extra or {}), "TRITON_CACHE_DIR": str(workdir / ".triton")}
+    shards = shard_items(items, processes) or ((),)
+    lock = threading.Lock()
+    finished = [0] * len(shards)
 
-    cases: list[CaseResult] = []
+    def shard_progress(k: int) -> Callable[[str, int, int], None] | None:
+        if progress is None:
+            return None
+
+        def show(name: str, done: int, total: int) -> None:
+            with lock:
+                finished[k] = done
+                progress(name, sum(finished), len(items))
+
+        return show
+
+    def run_shard(k: int) -> tuple[_Conversation, ChildResult, tuple[GateItem, ...]]:
+        # The child numbers its items from 0 (its job's list); ``local[i]`` is its i-th.
+        local = tuple(dataclasses.replace(item, index=i) for i, item in enumerate(shards[k]))
+        home = workdir / f"child-{k}"
+        shutil.copytree(submission_dir, home)
+        (home / ".grader").mkdir()
+        job = {
+            "device": device,
+            "forbidden_dirs": [str(d) for d in FORBIDDEN_DIRS],
+            "items": [_job_item(item, config) for item in local],
+        }
+        job_path = home / ".grader" / "job.json"
+        job_path.write_text(json.dumps(job))
+        talk = _Conversation(local, secret, home, shard_progress(k),
+                             config.limits.deadlines.for_device(device), oracle_device,
+                             config.correctness.drift.steps)  # fmt: skip
+        child = run_child(CHILD_SCRIPT, home, [str(REPO_ROOT), str(job_path)], limits,
+                          env_extra=env, on_message=talk, deadline=talk.deadline,
+                          arm=True)  # fmt: skip
+        return talk, child, local
+
+    if len(shards) == 1:
+        runs = [run_shard(0)]
+    else:
+        with ThreadPoolExecutor(len(shards), thread_name_prefix="gate-child") as pool:
+            runs = list(pool.map(run_shard, range(len(shards))))
+
+    by_index: dict[int, CaseResult] = {}
     frames: dict[str, tuple[str, ...]] = {}
-    for item in items:
-        wall = talk.done.get(item.index)
-        if item.index in talk.failed:
-            message = talk.failed[item.index]
-            error = str(message.get("error", "")).strip().splitlines()
-            last = error[-1] if error else "unknown error"
-            what = "called exit" if message.get("exit_call") else "raised"
-            cases.append(case_result(item, [], None, f"the submission {what}: {last}"))
-            frames[item.name] = _frames(message.get("frames"))
-            continue
-        if item.index not in talk.done:
-            if talk.current == item.index:
-                cases.append(case_result(item, [], None, f"the child died here: {_death(child)}"))
-            continue  # never started: the child ended before it
-        data = talk.outputs.pop(item.index)
-        if isinstance(data, str):
-            cases.append(case_result(item, [], wall, f"unreadable output: {data}"))
-            continue
-        try:
-            checks = evaluate_item(item, data, secret, config, device, oracle_device,
-                                   inputs=talk.inputs.pop(item.index, None))  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - malformed outputs fail the item
-            cases.append(case_result(item, [], wall, f"unreadable output: {exc!r}"))
-            continue
-        cases.append(case_result(item, checks, wall))
-    return GateResult(tuple(items), tuple(cases), tuple(talk.findings), child, talk.load_error,
-                      {name: f for name, f in frames.items() if f})
+    findings: list[RuleFinding] = []
+    load_error = ""
+    for (talk, child, local), shard in zip(runs, shards, strict=True):
+        findings.extend(talk.findings)
+        load_error = load_error or talk.load_error
+        for item, original in zip(local, shard, strict=True):
+            case = _item_result(item, talk, child, secret, config, device, oracle_device)
+            if case is None:
+                continue  # never started: the child ended before it
+            by_index[original.index] = case
+            if item.index in talk.failed:
+                frames[item.name] = _frames(talk.failed[item.index].get("frames"))
+    cases = tuple(by_index[i.index] for i in items if i.index in by_index)
+    children = tuple(child for _, child, _ in runs)
+    return GateResult(tuple(items), cases, tuple(findings), worst_child(children), load_error,
+                      {name: f for name, f in frames.items() if f}, children)
+
+
+def _item_result(item: GateItem, talk: _Conversation, child: ChildResult, secret: int,
+                 config: ScoringConfig, device: str, oracle_device: str) -> CaseResult | None:
+    """One item's verdict from what its child said (None: the child never started it)."""
+    wall = talk.done.get(item.index)
+    if item.index in talk.failed:
+        message = talk.failed[item.index]
+        error = str(message.get("error", "")).strip().splitlines()
+        last = error[-1] if error else "unknown error"
+        what = "called exit" if message.get("exit_call") else "raised"
+        return case_result(item, [], None, f"the submission {what}: {last}")
+    if item.index not in talk.done:
+        if talk.current == item.index:
+            return case_result(item, [], None, f"the child died here: {_death(child)}")
+        return None
+    data = talk.outputs.pop(item.index)
+    if isinstance(data, str):
+        return case_result(item, [], wall, f"unreadable output: {data}")
+    try:
+        checks = evaluate_item(item, data, secret, config, device, oracle_device,
+                               inputs=talk.inputs.pop(item.index, None))  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - malformed outputs fail the item
+        return case_result(item, [], wall, f"unreadable output: {exc!r}")
+    return case_result(item, checks, wall)
 
 
 def _frames(value: Any) -> tuple[str, ...]:
@@ -679,10 +652,7 @@ __all__ = [
     "build_items",
     "case_result",
     "evaluate_item",
-    "exact_check",
-    "forward_check",
     "item_inputs",
     "progress_bar",
-    "rel_l2_check",
     "run_gate",
 ]

@@ -34,6 +34,7 @@ import triton
 
 from grader.config import DEFAULT_PATH, ScoringConfig, load_config
 from grader.gate import GateResult, build_items, progress_bar, run_gate
+from grader.gate_children import gate_processes
 from grader.report import (
     GradeReport,
     RuleFinding,
@@ -62,8 +63,9 @@ class GradeOptions:
         keep_dir: Keep the private directory (exported tree, child's files) for debugging.
         final: A final regrade (SPEC §7): every profile's ``final_rounds`` timed rounds.
         overlap_timing: Start the timing children and warm the baselines up while the gate runs
-            (`grader.timing_run.TimingStart`); off until a GPU run has shown it whole (its
-            docstring says why). Only `bench/grade_phases.py --overlap` sets it.
+            (`grader.timing_run.TimingStart`), and carry the gate's Triton cache into the timing
+            child (``grade --overlap-timing``). Off by default: whether it moves the score is
+            not measured yet (`TimingStart`'s docstring has the numbers).
     """
 
     rev: str = "HEAD"
@@ -141,7 +143,11 @@ def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
         return status, [f"importing solution.py failed: {last}"]
     if child.outcome is Outcome.TAMPERED:
         return Status.RULE_BROKEN, [f"channel-tampering: the gate child {child.detail}"]
-    if findings:
+    crashed = [c for c in failed if c.reason.startswith(("the submission", "the child died"))]
+    # A step that raised, exited or faulted leaves findings that are its crash's echo (no Triton
+    # kernel ran; after a device fault the census cannot synchronize and the RNG state cannot be
+    # read). They do not outrank the crash; a finding in any other step does (it stays listed).
+    if any(_finding_item(f.phase, {c.name for c in crashed}) is None for f in findings):
         return Status.RULE_BROKEN, [f"{f.rule} ({f.phase}): {f.message}" for f in findings]
     if child.outcome is Outcome.TOO_MANY_TASKS:
         return Status.RULE_BROKEN, [f"new-thread: the child {child.detail}"]
@@ -153,7 +159,6 @@ def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
     if child.outcome is Outcome.OUT_OF_MEMORY or oom_case is not None:
         detail = child.detail or (oom_case.reason if oom_case else "")
         return Status.OUT_OF_MEMORY, [f"the gate child {detail}{at}", *failed_reasons]
-    crashed = [c for c in failed if c.reason.startswith(("the submission", "the child died"))]
     if child.outcome is Outcome.SIGNALED or crashed:
         signaled = child.outcome is Outcome.SIGNALED
         why = [f"the gate child was {child.detail}{at}"] if signaled else []
@@ -172,6 +177,14 @@ def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
     if failed:
         return Status.GATE_FAILED, failed_reasons
     return Status.SCORED, []
+
+
+def _finding_item(phase: str, names: set[str]) -> str | None:
+    """The item of ``names`` a finding's phase (``forward:<item>``, ``backward:<item>/step0``)
+    belongs to, or None."""
+    step = phase.partition(":")[2]
+    found = [n for n in names if step == n or step.startswith(n + "/")]
+    return max(found, key=len) if found else None
 
 
 def _ended(child) -> str:  # type: ignore[no-untyped-def]
@@ -293,6 +306,7 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             sub.root, private / "gate", config, items, secret,
             device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
             progress=progress_bar() if options.progress else None, oracle_device=oracle_device,
+            processes=gate_processes(config.limits.gate_processes),
         )  # fmt: skip
         status, reasons = gate_status(gate)
         utils = [c.max_utilisation for c in gate.cases if c.max_utilisation is not None]

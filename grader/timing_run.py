@@ -6,7 +6,8 @@ judge what they measured.
 submission's process, one step at a time, every step timed by the parent's own clock), and judges
 what was measured with `grader.timing` (`timing_report`). `TimingStart` does the same in two
 parts, so that a gate and the timing's start can run side by side (issue 13's grade within
-150 s); a grade uses it only when asked (`GradeOptions.overlap_timing`; its docstring says why).
+150 s); a grade uses it only when asked (`GradeOptions.overlap_timing`, ``grade
+--overlap-timing``; `TimingStart`'s docstring says why).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import sys
 import tempfile
 import threading
@@ -289,13 +289,13 @@ class TimingStart:
     nothing. The plain block's step per shape (the deadlines' unit) is measured here, before the
     thread starts, with the GPU still to ourselves.
 
-    Off in a grade unless asked for (`GradeOptions.overlap_timing`, `bench/grade_phases.py
-    --overlap`). Its one GPU run (an H200, 2026-12-02,
-    `bench/results/grade-phases-h200-2026-12-02/`) warmed the baselines up beside the gate without
-    slowing it (gate 99.8 s, as alone), but every submission then crashed at its first timed step:
-    the carried cache's Triton group files named the gate's directory. `carry_cache` now renames
-    them (tested against Triton's own cache manager on CPU); grades take this path by default
-    once a GPU run has shown it whole.
+    Off in a grade unless asked for (`GradeOptions.overlap_timing`, ``python -m grader grade
+    --overlap-timing``, `bench/grade_phases.py --overlap`). On H200s (2026-12-02,
+    `bench/results/grade-fast-h200-2026-12-02/`) it runs whole: four grades of the
+    reference-as-submission took 119-143 s and the naive control 88 s. It stays off by default
+    because those grades scored 0.8633-0.8809 (one `implausible`) where sequential grades had
+    scored 0.8788-0.8882: whether starting beside the gate moves the score is not measured yet
+    (an A/B of the two, alternated on one machine, would say).
 
     Args: those of `run_timing` (``progress``: the stage lines of the start are held back and
         said when `finish` begins, so they do not tear the gate's progress bar).
@@ -364,8 +364,9 @@ def carry_cache(source: Path, dest: Path, limit: int = CARRIED_CACHE_BYTES) -> i
     Triton's group files (``__grp__*.json``) name their members by absolute path: those under
     ``source`` (written without ``..``) are renamed under ``dest`` and any other is dropped (a
     group that names the gate's directory sends the timing child into a directory its sandbox
-    forbids: on an H200, 2026-12-02, every carried grade crashed at its first step that way). A
-    group file that is not Triton's JSON is left out: that kernel is compiled again.
+    forbids). A group file that is not Triton's JSON is left out: that kernel is compiled again.
+    A file ``dest`` already has is left alone (the child may have it mapped), and each new one is
+    written whole and renamed into place.
     """
     files: list[Path] = []
     total = 0
@@ -380,12 +381,25 @@ def carry_cache(source: Path, dest: Path, limit: int = CARRIED_CACHE_BYTES) -> i
                 return 0
     for path in files:
         target = dest / path.relative_to(source)
+        if os.path.lexists(target):
+            # Triton's cache is keyed by content, so an entry the child has is the same one; and
+            # the child may have it mapped (its launcher's .so, loaded while it started): writing
+            # that file again in place killed every overlapped grade with SIGSEGV on an H200.
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError, ValueError):
-            if path.name.startswith("__grp__"):
-                target.write_text(_regrouped(path.read_text(), source, dest))
-            else:
-                shutil.copyfile(path, target, follow_symlinks=False)
+            data = (_regrouped(path.read_text(), source, dest).encode()
+                    if path.name.startswith("__grp__") else path.read_bytes())
+            # A whole new file renamed into place: never a half-written entry in the cache.
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".carry-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
     return total
 
 

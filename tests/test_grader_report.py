@@ -116,3 +116,45 @@ def test_crashed_gate_lists_each_failure_once() -> None:
                                              child=child))
     assert status is Status.CRASHED
     assert reasons == [f"{crash.name}: {crash.reason}", f"{wrong.name}: {wrong.reason}"]
+
+
+def test_a_crashed_steps_own_findings_do_not_outrank_its_crash() -> None:
+    """On a GPU, a step that called exit or faulted leaves census findings behind (no Triton
+    kernel ran; after a device fault the census cannot synchronize): corpus entries crash_sys_exit
+    and device_fault read rule_broken on an H200 (2026-12-02). A finding of another step still
+    decides the verdict."""
+    from grader.gate import GateResult
+    from grader.grade import gate_status
+    from grader.report import RuleFinding, Severity
+    from grader.sandbox import ChildResult, Outcome
+
+    def case(name: str, reason: str) -> CaseResult:
+        return CaseResult(name=name, kind="case", dtype="float32", shape=(1, 1, 1), dilation=1,
+                          passed=False, checks=(), max_utilisation=None, reason=reason)
+
+    def finding(rule: str, phase: str) -> RuleFinding:
+        return RuleFinding(rule=rule, severity=Severity.VIOLATION, source="runtime",
+                           message="...", phase=phase)
+
+    exited = case("c3-l2#1201", "the submission called exit: SystemExit: 0")
+    faulted = case("c7#1501/identity", "the submission raised: CUDA error: illegal address")
+    child = ChildResult(outcome=Outcome.EXITED, exit_code=3, signal=None, wall_s=1.0,
+                        peak_rss_mb=1.0, peak_tasks=1)
+    echoes = (finding("no-triton-kernel", "forward:c3-l2#1201"),
+              finding("census-tampered", "forward:c7#1501/identity"),
+              finding("global-state", "backward:c3-l2#1201/step0"))
+    status, reasons = gate_status(GateResult(items=(), cases=(exited, faulted), findings=echoes,
+                                             child=child))  # fmt: skip
+    assert status is Status.CRASHED, reasons
+    assert reasons[0] == f"{exited.name}: {exited.reason}"
+    # The same finding in a step that did not crash (here c7#1501, whose identity item crashed)
+    # is a rule broken, listed with every other.
+    other = finding("torch-op-on-path", "forward:c7#1501")
+    status, reasons = gate_status(GateResult(items=(), cases=(exited, faulted),
+                                             findings=(*echoes, other), child=child))
+    assert status is Status.RULE_BROKEN and len(reasons) == 4, reasons
+    # Import-time findings belong to no item.
+    status, _ = gate_status(GateResult(items=(), cases=(exited,),
+                                       findings=(finding("reads-grader", "import"),),
+                                       child=child))  # fmt: skip
+    assert status is Status.RULE_BROKEN

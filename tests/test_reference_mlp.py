@@ -134,8 +134,8 @@ def accuracy_check(spec: dict[str, Any]) -> dict[str, float]:
     import torch.nn.functional as F
 
     import reference.mlp as mlp
+    from grader.checks import forward_utilisation, grad_utilisation
     from grader.config import load_config
-    from grader.gate import forward_utilisation, grad_utilisation
 
     mlp.POISON_OUTPUTS = True
     s = spec.get("s", 0.5)

@@ -1,5 +1,5 @@
-"""CPU tests of `bench/step_limit.py`: the model's arithmetic, its --dry mode, and the clear refusal
-to measure without a GPU."""
+"""CPU tests of `bench/step_limit.py`: the model's arithmetic, the rates and the shared step setup
+that bench/reference.py uses, its --dry mode, and the clear refusal to measure without a GPU."""
 
 from __future__ import annotations
 
@@ -38,6 +38,45 @@ def test_limit_is_the_larger_floor() -> None:
     assert limit.compute_ms == pytest.approx(1.1780481, rel=1e-6)
     fast_math = step_limit.step_limit(bf16, 128, 2, copy_gbs=4000.0, tflops=2000.0)
     assert fast_math.bound == "memory" and fast_math.limit_ms == fast_math.memory_ms
+
+
+def test_rates_give_each_shape_its_dtype_limit() -> None:
+    """`Rates.limit` (what bench/reference.py calls per shape) is the model at the dtype's rate."""
+    rates = step_limit.Rates(4000.0, {"float32": 50.0, "bfloat16": 700.0}, source="given")
+    fp32 = step_limit.LimitShape(64, 8192, 1, "float32")
+    bf16 = step_limit.LimitShape(256, 8192, 64, "bfloat16")
+    assert rates.limit(fp32, 128, 2) == step_limit.step_limit(fp32, 128, 2, 4000.0, 50.0)
+    assert rates.limit(bf16, 128, 2).compute_ms == pytest.approx(1.1780481, rel=1e-6)
+    assert rates.limit(fp32, 128, 2).limit_ms == pytest.approx(4.12316860416)
+    with pytest.raises(ValueError, match=r"no matmul rate for float16 .* \['bfloat16', 'float32'\]"):
+        rates.limit(step_limit.LimitShape(8, 4096, 1, "float16"), 128, 2)
+
+
+def test_measure_rates_once_per_dtype_on_cpu() -> None:
+    """Wall-clock rates on the CPU (meaningless numbers, but the smoke path must run): one copy,
+    one matmul per distinct dtype, under the recorded default flags."""
+    rates = step_limit.measure_rates(torch.device("cpu"), ["float32", "bfloat16", "float32"],
+                                     copy_bytes=1 << 20, matmul_n=64, reps=2)
+    assert set(rates.matmul_tflops) == {"float32", "bfloat16"}
+    assert rates.copy_gbs > 0 and all(v > 0 for v in rates.matmul_tflops.values())
+    assert "1 MiB copy, 64² matmul, median of 2" in rates.source
+    assert rates.flags["allow_tf32"] is False
+
+
+def test_step_setup_gives_every_block_the_same_weights() -> None:
+    from reference.block import DilatedResidualBlock as ReferenceBlock
+    from task.model import DilatedResidualBlock as FrozenBlock
+
+    shape = step_limit.LimitShape(2, 16, 3, "float32")
+    setup = step_limit.step_setup(shape, 8, torch.device("cpu"))
+    again = step_limit.step_setup(shape, 8, torch.device("cpu"))
+    assert setup.x.shape == setup.grad.shape == (2, 16, 8)
+    assert torch.equal(setup.x, again.x) and torch.equal(setup.grad, again.grad)
+    assert not torch.equal(setup.x, setup.grad)
+    frozen, ref = setup.build(FrozenBlock), setup.build(ReferenceBlock)
+    assert ref.dilation == 3 and next(ref.parameters()).dtype == torch.float32
+    for (name, a), (_, b) in zip(frozen.named_parameters(), ref.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
 
 
 def test_profile_shapes_and_rates() -> None:

@@ -194,3 +194,24 @@ def test_a_carried_cache_is_found_by_tritons_own_cache_manager(tmp_path, monkeyp
     monkeypatch.setattr(knobs.cache, "dir", str(dest))
     assert FileCacheManager("k3y").get_group("k.json") == {
         "k.cubin": str(dest / "k3y" / "k.cubin"), "k.json": str(dest / "k3y" / "k.json")}
+
+
+def test_carry_cache_never_rewrites_a_file_the_child_has(tmp_path) -> None:
+    """The timing child may have an entry of its own cache mapped (its Triton launcher's .so,
+    built while it started beside the gate); the gate's copy of the same entry was written over
+    it in place and every overlapped grade died with SIGSEGV on an H200 (2026-12-02)."""
+    src, dest = tmp_path / "gate", tmp_path / "timing"
+    (src / "k").mkdir(parents=True)
+    (src / "k" / "launcher.so").write_bytes(b"gate's build")
+    (src / "k" / "new.cubin").write_bytes(b"new")
+    (dest / "k").mkdir(parents=True)
+    mine = dest / "k" / "launcher.so"
+    mine.write_bytes(b"child's own build")
+    inode = mine.stat().st_ino
+    with mine.open("rb") as mapped:  # held open, as a loaded library is
+        carry_cache(src, dest)
+        assert mine.stat().st_ino == inode and mine.read_bytes() == b"child's own build"
+        assert mapped.read() == b"child's own build"
+    assert (dest / "k" / "new.cubin").read_bytes() == b"new"
+    # Each new entry arrives whole under its name: no temporary file is left behind.
+    assert sorted(p.name for p in (dest / "k").iterdir()) == ["launcher.so", "new.cubin"]

@@ -155,6 +155,7 @@ def run_check(
         ConfigError: ``scoring.yaml`` or the case names are wrong.
     """
     from grader.gate import build_items, progress_bar, run_gate
+    from grader.gate_children import gate_processes
 
     started = time.monotonic()
     config = config or load_config()
@@ -201,7 +202,7 @@ def run_check(
             exported.root, Path(tmp) / "gate", config, items, secret,  # type: ignore[arg-type]
             device=device, limits=limits, env_extra=env_extra,
             progress=progress_bar(progress) if progress is not None else None,
-            oracle_device=oracle_device,
+            oracle_device=oracle_device, processes=gate_processes(config.limits.gate_processes),
         )  # fmt: skip
         status, reasons = gate_verdict(result)
         utils = [c.max_utilisation for c in result.cases if c.max_utilisation is not None]

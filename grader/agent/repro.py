@@ -61,8 +61,8 @@ if DEVICE == "cpu":
     # No GPU: Triton kernels run in its interpreter, which must be on before triton is imported.
     os.environ["TRITON_INTERPRET"] = "1"
 
+from grader.checks import exact_check, forward_check, rel_l2_check  # noqa: E402
 from grader.config import load_config  # noqa: E402
-from grader.gate import exact_check, forward_check, rel_l2_check  # noqa: E402
 from solution import DilatedResidualBlock  # noqa: E402
 from task.inputs import derive_seed, make_inputs  # noqa: E402
 from task.oracle import oracle_sgd, oracle_step  # noqa: E402

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from grader.checks import step_utilisation
 from grader.config import Budget, Case, ScoringConfig
-from grader.gate import step_utilisation
 from reference.plans import Plan
 from reference.tuning.shapes import ShapeGroup, TuneShape
 from task.inputs import DTYPES, derive_seed, make_inputs
