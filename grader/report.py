@@ -8,18 +8,17 @@ rules that were not checked listed by name.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import json
 import math
-import os
-import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from grader.files import write_whole
 
 GRADER_VERSION = "0.1.0"
 
@@ -356,17 +355,8 @@ class GradeReport:
         Whatever stood at ``path`` (a link or a file a child of the same user made: in a
         container ``/out`` is writable by the submission's user) is replaced, never written
         through, and no reader sees half a report."""
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide it from the executor's user
-            with os.fdopen(fd, "w") as f:
-                f.write(self.to_json() + "\n")
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        # mkstemp's 0600 would hide it from the executor's user.
+        write_whole(path, (self.to_json() + "\n").encode(), mode=0o644)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GradeReport:

@@ -30,6 +30,7 @@ import torch
 
 from grader import deadlines, interleave, plausibility, telemetry
 from grader.config import Profile, ScoringConfig
+from grader.files import write_whole
 from grader.report import ShapeTiming, TimingReport
 from grader.timing import (
     BLOCKS,
@@ -390,16 +391,8 @@ def carry_cache(source: Path, dest: Path, limit: int = CARRIED_CACHE_BYTES) -> i
         with contextlib.suppress(OSError, ValueError):
             data = (_regrouped(path.read_text(), source, dest).encode()
                     if path.name.startswith("__grp__") else path.read_bytes())
-            # A whole new file renamed into place: never a half-written entry in the cache.
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".carry-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, target)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            # Never a half-written entry in the cache.
+            write_whole(target, data)
     return total
 
 

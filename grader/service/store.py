@@ -22,13 +22,13 @@ import json
 import os
 import secrets
 import sqlite3
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from grader.files import write_whole
 from grader.service.records import Device, Grade, GradeState, Job, Limits, Run, Submission
 
 SCHEMA_VERSION = 2
@@ -254,16 +254,7 @@ class Store:
         if path.is_file():
             return digest
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_whole(path, data, sync=True)
         return digest
 
     def blob(self, digest: str) -> bytes:
