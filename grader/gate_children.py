@@ -50,10 +50,13 @@ def shard_items(items: Sequence[Item], processes: int) -> tuple[tuple[Item, ...]
     n = max(1, min(processes, len(groups)))
     load = [0.0] * n
     dealt: list[list[Item]] = [[] for _ in range(n)]
+    def weight(group: list[Item]) -> float:
+        return 1.0 + 0.1 * len(group)  # one compile, then each item's own run
+
     # Stable: equal weights keep the job's order, so a deal is the same on every host.
-    for group in sorted(groups.values(), key=lambda g: -(1.0 + 0.1 * len(g))):
+    for group in sorted(groups.values(), key=weight, reverse=True):
         k = min(range(n), key=lambda i: (load[i], i))
-        load[k] += 1.0 + 0.1 * len(group)
+        load[k] += weight(group)
         dealt[k].extend(group)
     return tuple(tuple(sorted(d, key=lambda i: i.index)) for d in dealt if d)
 

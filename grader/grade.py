@@ -147,7 +147,8 @@ def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
     # A step that raised, exited or faulted leaves findings that are its crash's echo (no Triton
     # kernel ran; after a device fault the census cannot synchronize and the RNG state cannot be
     # read). They do not outrank the crash; a finding in any other step does (it stays listed).
-    if any(_finding_item(f.phase, {c.name for c in crashed}) is None for f in findings):
+    crashed_names = {c.name for c in crashed}
+    if any(_finding_item(f.phase, crashed_names) is None for f in findings):
         return Status.RULE_BROKEN, [f"{f.rule} ({f.phase}): {f.message}" for f in findings]
     if child.outcome is Outcome.TOO_MANY_TASKS:
         return Status.RULE_BROKEN, [f"new-thread: the child {child.detail}"]

@@ -213,6 +213,23 @@ print("launcher built and loaded:", mod.__file__)
 """
 
 
+def run_probe(engine: Any, tmp_path: Path, code: str, *, timeout: float) -> tuple[int, str]:
+    """``python -c code`` in a grade's container exactly as the executor creates it (its mounts,
+    limits and user), in place of the grade: its exit status and logs; the container removed."""
+    (tmp_path / "out").mkdir()
+    ws = make_workspace(tmp_path / "ws", {"solution.py": ""})
+    kwargs = executor(engine, None).create_kwargs(request_for(ws), tmp_path / "ws",
+                                                  tmp_path / "out", None)  # fmt: skip
+    kwargs.update(entrypoint=["python", "-c", code], command=None)
+    container = engine.containers.create(**kwargs)
+    try:
+        container.start()
+        status = container.wait(timeout=timeout)
+        return status["StatusCode"], container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+
+
 MOUNT_PROBE = "print([l.split()[3] for l in open('/proc/self/mountinfo') if l.split()[4] == '/out'])"
 
 
@@ -221,19 +238,8 @@ def test_a_report_redirected_through_a_link_is_not_believed(engine: Any, tmp_pat
     container) points /out/report.json at the host path of /out, which mountinfo shows, and
     leaves a forged report there. The grader replaces the link with its own report, and the
     executor never follows a link it finds in /out."""
-    ex = executor(engine, None)
     # The premise: inside the container, /out's mountinfo root is its host path.
-    (tmp_path / "out").mkdir()
-    kwargs = ex.create_kwargs(request_for(make_workspace(tmp_path / "ws", {"solution.py": ""})),
-                              tmp_path / "ws", tmp_path / "out", None)  # fmt: skip
-    kwargs.update(entrypoint=["python", "-c", MOUNT_PROBE], command=None)
-    container = engine.containers.create(**kwargs)
-    try:
-        container.start()
-        container.wait(timeout=60)
-        logs = container.logs().decode(errors="replace")
-    finally:
-        container.remove(force=True)
+    _, logs = run_probe(engine, tmp_path, MOUNT_PROBE, timeout=60)
     assert str(tmp_path / "out") in logs, logs
 
     ws = corpus_workspace("redirects_container_report", tmp_path / "redirects")
@@ -250,19 +256,8 @@ def test_the_image_builds_and_loads_a_triton_launcher_on_its_tmpfs(engine: Any,
                                                                     tmp_path: Path) -> None:  # fmt: skip
     # What Triton does on a GPU the first time a kernel runs: gcc against Python.h, the module
     # written to its cache on /tmp and loaded from there (the tmpfs must allow exec).
-    ex = executor(engine, None)
-    (tmp_path / "out").mkdir()
-    kwargs = ex.create_kwargs(request_for(make_workspace(tmp_path / "ws", {"solution.py": ""})),
-                              tmp_path / "ws", tmp_path / "out", None)  # fmt: skip
-    kwargs.update(entrypoint=["python", "-c", LAUNCHER_PROBE], command=None)
-    container = engine.containers.create(**kwargs)
-    try:
-        container.start()
-        status = container.wait(timeout=120)
-        logs = container.logs().decode(errors="replace")
-    finally:
-        container.remove(force=True)
-    assert status["StatusCode"] == 0, logs
+    code, logs = run_probe(engine, tmp_path, LAUNCHER_PROBE, timeout=120)
+    assert code == 0, logs
     assert "launcher built and loaded: /tmp/triton-cache/" in logs, logs
 
 
