@@ -38,13 +38,14 @@ from grader.gate_children import gate_processes
 from grader.report import (
     GradeReport,
     RuleFinding,
+    Severity,
     Status,
     SystemInfo,
     TimingReport,
 )
 from grader.sandbox import ChildExit, ChildLimits, Outcome
 from grader.static_scan import scan_tree
-from grader.workspace import SubmissionError, export_submission
+from grader.workspace import SubmissionError, export_submission, tree_changes
 
 _MAX_REASONS = 12
 
@@ -326,6 +327,17 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
         if status is not Status.SCORED:
             tail = "\n".join(gate.child.stderr_tail.strip().splitlines()[-30:])[-3000:]
             return report(status, reasons, child_stderr_tail=tail, **fields)
+        # Timing copies the tree from here: it must be what the gate ran, whatever the gate's
+        # children (the grader's user) wrote meanwhile.
+        changed = tree_changes(sub.root, sub.digests)
+        if changed:
+            tampered = RuleFinding(
+                rule="tree-tampered", severity=Severity.VIOLATION, source="runtime",
+                message=f"the exported tree changed while the gate ran: "
+                        f"{'; '.join(changed[:5])}", phase="gate")  # fmt: skip
+            fields["findings"] = (tampered, *findings)
+            return report(Status.RULE_BROKEN, [f"tree-tampered (gate): {tampered.message}"],
+                          **fields)  # fmt: skip
         if gpu is None:
             return report(Status.CHECKED_UNTIMED,
                           ["correct on every smoke case; nothing was timed (no GPU)"], **fields)

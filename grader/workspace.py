@@ -12,6 +12,7 @@ trusted process. Reading blobs by id runs no filter, no hook and no fsmonitor.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ class Submission:
         files: Paths of the exported files, relative to ``root``.
         total_bytes: Sum of the files' sizes.
         uncommitted_changes: The workspace had staged, unstaged or untracked changes (ignored).
+        digests: Each exported file's sha256, as git gave it (`tree_changes` holds ``root`` to
+            them).
     """
 
     workspace: Path
@@ -63,6 +66,7 @@ class Submission:
     files: tuple[str, ...]
     total_bytes: int
     uncommitted_changes: bool
+    digests: tuple[tuple[str, str], ...] = ()
 
 
 def _git(workspace: Path, *args: str, input_bytes: bytes | None = None) -> bytes:
@@ -178,6 +182,7 @@ def export_submission(
     request = "".join(f"{oid}\n" for _, _, oid, _, _ in entries).encode()
     stream = _git(workspace, "cat-file", "--batch", input_bytes=request)
     pos = 0
+    digests = []
     for mode, _, oid, size, path in entries:
         header_end = stream.index(b"\n", pos)
         got_oid, _, got_size = stream[pos:header_end].decode().split()
@@ -189,6 +194,7 @@ def export_submission(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
         target.chmod(0o755 if mode == "100755" else 0o644)
+        digests.append((path, hashlib.sha256(data).hexdigest()))
     return Submission(
         workspace=workspace,
         commit=commit_id,
@@ -197,7 +203,36 @@ def export_submission(
         files=tuple(path for *_, path in entries),
         total_bytes=total,
         uncommitted_changes=has_uncommitted_changes(workspace),
+        digests=tuple(digests),
     )
+
+
+def tree_changes(root: Path, digests: tuple[tuple[str, str], ...]) -> list[str]:
+    """How the directory ``root`` differs from the exported files ``digests``: a file changed,
+    missing or added, or anything that is not a regular file (empty: the same tree).
+
+    The submission's children run as the grader's user, so the exported tree is writable to
+    them; what is timed is copied from it after the gate, and must be what the gate ran.
+    """
+    want = dict(digests)
+    found: list[str] = []
+    seen = set()
+    for dirpath, dirnames, names in os.walk(root, followlinks=False):
+        for name in [*dirnames, *names]:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                found.append(f"{rel} is a link")
+            elif path.is_file():
+                seen.add(rel)
+                if rel not in want:
+                    found.append(f"{rel} was added")
+                elif hashlib.sha256(path.read_bytes()).hexdigest() != want[rel]:
+                    found.append(f"{rel} was changed")
+            elif not path.is_dir():
+                found.append(f"{rel} is not a file")
+    found.extend(f"{rel} was removed" for rel in sorted(set(want) - seen))
+    return found
 
 
 __all__ = [
@@ -208,4 +243,5 @@ __all__ = [
     "check_tree",
     "export_submission",
     "has_uncommitted_changes",
+    "tree_changes",
 ]

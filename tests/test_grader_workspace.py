@@ -99,3 +99,19 @@ def test_workspace_config_cannot_run_commands(tmp_path: Path) -> None:
     sub = export_submission(ws, tmp_path / "out", LIMITS)
     assert (sub.root / "solution.py").read_text() == "x = 1\n"
     assert not marker.exists()
+
+
+def test_tree_changes_names_every_file_added_changed_removed_or_linked(tmp_path: Path) -> None:
+    """What timing copies must be what the gate ran (tests/corpus/rewrites_timed_tree)."""
+    from grader.workspace import tree_changes
+
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "x = 1\n", "pkg/m.py": "y = 2\n"})
+    sub = export_submission(ws, tmp_path / "tree", LIMITS)
+    assert tree_changes(sub.root, sub.digests) == []
+    (sub.root / "solution.py").write_text("x = 2\n")
+    (sub.root / "pkg" / "m.py").unlink()
+    (sub.root / "timed_only.py").write_text("FAST = True\n")
+    (sub.root / "link.py").symlink_to(sub.root / "timed_only.py")
+    assert sorted(tree_changes(sub.root, sub.digests)) == [
+        "link.py is a link", "pkg/m.py was removed", "solution.py was changed",
+        "timed_only.py was added"]
