@@ -29,8 +29,22 @@ alone) through one command at a time each, and measures every step by its own cl
    with every audit and at the same cadence in the alone rounds: what the harness costs a step
    is then the same for every block.
 
-Every ``go`` → ``done`` is timed by the parent (``wall_ms``): the child's CUDA-event window
-counts only where it agrees with that (`grader.timing.analyze_shape`). Every command gets a
+**Held steps** (where both children could set up a hold: `grader.child.steps.Hold`): a step is
+enqueued whole behind a wait on the GPU and answered ``armed``; the parent then releases it by
+writing the step's number to that child's page, and times it from the release. The window then
+holds the GPU's work and not how fast a process's host enqueued it: on an H200 that host share
+(0.24-0.34 ms of a 6.7 ms reference step) moved from one visit and one process to the next and
+set the grade-to-grade spread of the score (bench/results/hold-h200-2026-12-02). Before the
+submission's held step the baselines process overwrites the slab's inputs (``scrub``) and puts
+the round's values back only once the step is armed (``restore``, with the L2 flush): nothing
+the submission runs before the release sees the values. A step not armed within
+`HOLD_RELEASE_S` (it waits on the GPU inside its step, so it cannot be held) is released, its
+round dropped (a block's first step may be compiling), and the second time for one block and
+shape the run goes on unheld for every block.
+
+Every step is timed by the parent (``wall_ms``: from ``go``, or from a held step's release, to
+``done``): the child's CUDA-event window counts only where it agrees with that
+(`grader.timing.analyze_shape`). Every command gets a
 deadline (`grader.deadlines`); a message the protocol does not expect now (an extra, a repeat, one
 out of order) ends the child as tampered.
 """
@@ -38,12 +52,17 @@ out of order) ends the child as tampered.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import math
+import mmap
+import os
 import secrets
 import shutil
 import statistics
+import struct
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,9 +71,11 @@ from typing import Any
 
 from grader import census as census_rules
 from grader import telemetry
+from grader.child.hold import HOLD_BYTES, hold_value
 from grader.config import DeadlineRule, Profile, ScoringConfig
+from grader.conversation import Child, Stop
 from grader.orders import williams_orders
-from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Deadline, Outcome
+from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Outcome
 
 CHILD_DIR = Path(__file__).resolve().parent / "child"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -69,14 +90,19 @@ ALONE_ORDERS = (("plain", "ref"), ("ref", "plain"))
 # costs a step in that process, around its window, measured where nothing of the submission can
 # have changed it (`grader.timing.analyze_shape`).
 CALIBRATION_ORDERS = (("plain", "ref", "cal"), ("cal", "ref", "plain"))
-# While the parent waits for an answer, the watchdog's scan of the child's processes waits this
-# long first: a step's answer must be read when it comes, not after milliseconds of /proc.
-QUIET_S = 1.0
 # One round in this many (drawn after its steps ran) is checked against the fp64 oracle at the
 # gate's budgets; its check costs about this many plain steps (fp64 on the GPU).
 ORACLE_EVERY = 6
 ORACLE_WORK = 20
 UTIL_KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
+# A held step not armed this long after its ``go`` is released anyway: its host waits on the GPU
+# inside the step, which waits for the release (a block's first step: CUDA's lazy loading of a
+# library's kernels synchronizes; or a submission that reads a value back). The host enqueues a
+# step in 2-3 ms on an H200's host (bench/step_anatomy.py).
+HOLD_RELEASE_S = 0.25
+# Where the hold pages live: the driver pins them, which it does for shared memory (tmpfs);
+# elsewhere the children may refuse and the run is unheld.
+SHM_DIR = Path("/dev/shm")
 
 
 @dataclass
@@ -122,6 +148,7 @@ class Interleaved:
         handshake_ms: Per process, the parent's round trip of an empty command (median).
         command_s: Per process and command: [how many, the parent's seconds waiting on them].
         load_s: Seconds the submission's import took.
+        hold: How the steps were timed: ``held``, or ``unheld: <why>``.
     """
 
     shapes: list[ShapeRaw]
@@ -135,129 +162,7 @@ class Interleaved:
     handshake_ms: dict[str, float] = field(default_factory=dict)
     command_s: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     load_s: float | None = None
-
-
-class _Stop(Exception):
-    """The run ends here with ``status`` and ``reason``."""
-
-    def __init__(self, status: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-# How the submission's process says it failed; anything else it names (a "harness" failure
-# included) is its own crash, never the grader's.
-_FAILURE_STATUS = {"rule": "rule_broken", "check": "check_failed", "oom": "out_of_memory",
-                   "load": "crashed", "crash": "crashed"}
-_OUTCOME_STATUS = {Outcome.TIMED_OUT: "timed_out", Outcome.OUT_OF_MEMORY: "out_of_memory",
-                   Outcome.TAMPERED: "rule_broken", Outcome.TOO_MANY_TASKS: "rule_broken"}
-
-
-class _Child:
-    """One child and its conversation: a command, then exactly the answer it expects."""
-
-    def __init__(self, who: str, process: ChildProcess, rule: DeadlineRule,
-                 trusted: bool) -> None:
-        self.who = who
-        self.process = process
-        self.rule = rule
-        self.trusted = trusted
-        self.due: Deadline | None = None
-        self.findings: list[dict[str, Any]] = []
-        self.pending: collections.deque[dict[str, Any]] = collections.deque()
-        self.taken = 0  # messages of the process moved to `pending` so far
-        self.on_census: Callable[[dict[str, Any]], None] | None = None
-        # Per command: how many were sent and the parent's seconds from sending to the answer
-        # (telemetry: where a run's wall time goes).
-        self.spent: dict[str, list[float]] = {}
-        process.deadline = lambda: self.due
-
-    def _wait(self, expect: str, what: str, work_s: float) -> dict[str, Any]:
-        """The next message, which must be ``expect``.
-
-        Messages that came in the same read as an earlier answer wait their turn here, so a
-        repeat or an extra is judged like any other message (tampering), never dropped. The
-        watchdog's scan of the child's processes (milliseconds of reading /proc) is held off for
-        `QUIET_S`, so a step's answer is read the moment it comes; the deadline, memory and task
-        limits are judged from then on.
-        """
-        self.due = Deadline(time.monotonic() + self.rule.seconds(work_s),
-                            f"{what}: {self.rule.describe(work_s)}")
-        quiet_until = time.monotonic() + QUIET_S
-        while True:
-            while not self.pending:
-                if self.process.ended:
-                    # What it wrote just before it exited (a failure and its reason) is read
-                    # when it is reaped; those messages are judged like any others.
-                    self.process.finish()
-                    late = self.process.messages[self.taken:]
-                    if not late:
-                        raise self._ended()
-                    self.pending.extend(late)
-                    self.taken += len(late)
-                    break
-                new = self.process.poll(0.05, watch=time.monotonic() > quiet_until)
-                self.pending.extend(new)
-                self.taken += len(new)
-            message = self.pending.popleft()
-            if message.get("event") != "census":
-                break
-            # A step announced, or its census: judged by the run (the baselines' are not).
-            if self.on_census is not None and not self.trusted:
-                self.on_census(message)
-        event = message.get("event")
-        if event == "finding" and not self.trusted:
-            self.findings.append(message)
-            raise _Stop("rule_broken", f"{message.get('rule')}: {message.get('message')}")
-        if event == "failure":
-            kind = str(message.get("kind"))
-            status = "grader_error" if self.trusted else _FAILURE_STATUS.get(kind, "crashed")
-            reason = str(message.get("reason", f"the {self.who} child failed"))
-            if message.get("rule"):
-                reason = f"{message['rule']}: {reason}"
-            raise _Stop(status, reason)
-        if event != expect:
-            self.process.tamper(f"sent {event!r} while the parent waited for {expect!r} "
-                                f"({what})")
-            raise self._ended()
-        self.due = None
-        return message
-
-    def leftover(self) -> None:
-        """At the end: a message nobody asked for is tampering."""
-        new = self.process.poll(0.0, watch=False)
-        self.pending.extend(new)
-        self.taken += len(new)
-        if self.pending:
-            event = self.pending[0].get("event")
-            self.process.tamper(f"sent {event!r} that no command asked for")
-            raise self._ended()
-
-    def ask(self, command: dict[str, Any], expect: str, what: str,
-            work_s: float = 0.0) -> tuple[dict[str, Any], float]:
-        """Send ``command``; its answer and the parent's round trip in ms: from just before the
-        command is written to when the answer's frame was read."""
-        line = json.dumps(command) + "\n"
-        start = time.perf_counter()
-        self.process.send(line)
-        message = self._wait(expect, what, work_s)
-        count_s = self.spent.setdefault(str(command.get("cmd")), [0, 0.0])
-        count_s[0] += 1
-        count_s[1] += time.perf_counter() - start
-        return message, 1e3 * (float(message.get("_received", start)) - start)
-
-    def _ended(self) -> _Stop:
-        result = self.process.finish()
-        if self.trusted:
-            return _Stop("grader_error", f"the baselines child {result.detail or 'ended'}: "
-                         f"{result.stderr_tail[-600:]}")
-        if result.outcome is Outcome.TAMPERED:
-            return _Stop("rule_broken", f"channel-tampering: the timing child {result.detail}")
-        if result.outcome is Outcome.TOO_MANY_TASKS:
-            return _Stop("rule_broken", f"new-thread: the timing child {result.detail}")
-        status = _OUTCOME_STATUS.get(result.outcome, "crashed")
-        return _Stop(status, f"the timing child {result.detail or 'ended before it finished'}")
+    hold: str = "unheld: not started"
 
 
 @dataclass
@@ -268,8 +173,8 @@ class _Run:
     config: ScoringConfig
     profile: Profile
     plain_s: Sequence[float]
-    base: _Child
-    sub: _Child
+    base: Child
+    sub: Child
     out: Interleaved
     progress: Callable[[str], None]
     uuid: str | None
@@ -282,23 +187,91 @@ class _Run:
     harness_steps: set[str] = field(default_factory=set)  # census labels of "cal" steps
     block_dims: list[census_rules.BlockDims] = field(default_factory=list)
     ready: dict[str, Any] = field(default_factory=dict)  # the baselines process's ``ready``
+    held: bool = False
+    # Per child ("baselines", "submission"): its hold page, mapped here, and the value the
+    # parent last wrote to it.
+    pages: dict[str, mmap.mmap] = field(default_factory=dict)
+    released: dict[str, int] = field(default_factory=dict)
+    page_paths: list[Path] = field(default_factory=list)
+    # Per (block, shape): its held steps released before they were armed.
+    late: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
+
+    def release(self, child: Child, step: int) -> None:
+        """Release ``child``'s held step ``step``: write its number to the child's page. The page
+        must still hold what the parent wrote last: a child that writes a page (its own, or the
+        other's, found in /dev/shm) to run before its release has tampered."""
+        page = self.pages[child.who]
+        now = hold_value(page)
+        if now != self.released[child.who]:
+            # Only the parent writes the pages, and the baselines process is trusted.
+            self.sub.process.tamper(f"the {child.who} process's hold page holds {now}, not "
+                                    f"{self.released[child.who]} as the parent wrote it")
+            raise self.sub.stop()
+        struct.pack_into("<I", page, 0, step)
+        self.released[child.who] = step
+
+    def step(self, child: Child, command: dict[str, Any], what: str, work: float,
+             index: int, hold: bool = True) -> tuple[dict[str, Any], float, bool]:
+        """One step: its ``done`` answer, the parent's wall in ms, and whether it was held
+        throughout (False for a held step that was released before it was armed)."""
+        if not (self.held and hold):
+            message, wall = child.ask(command, "done", what, work)
+            return message, wall, False
+        step = int(command["step"])
+        if child is self.sub:
+            self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed", f"{what}: scrub", work)
+        sent = time.perf_counter()
+        child.process.send(json.dumps(command | {"held": True}) + "\n")
+        early: list[float] = []
+
+        def late() -> None:
+            early.append(time.perf_counter())
+            self.release(child, step)
+
+        armed = child.wait("armed", f"{what} (enqueueing)", work, HOLD_RELEASE_S, late)
+        if armed.get("step") != step:
+            child.process.tamper(f"armed step {armed.get('step')!r} for step {step}")
+            raise child.stop()
+        if child is self.sub:
+            self.base.ask({"cmd": "restore", "shape": index}, "restored",
+                          f"{what}: the values back", work)
+        start = time.perf_counter()
+        if not early:
+            self.release(child, step)
+        message = child.wait("done", what, work)
+        wall = 1e3 * (float(message.get("_received", start)) - (early[0] if early else start))
+        count_s = child.spent.setdefault("go", [0, 0.0])
+        count_s[0] += 1
+        count_s[1] += time.perf_counter() - sent
+        return message, wall, not early
 
     def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
-              label: str) -> None:
-        """One round of shape ``index``: fresh values, each block's step, the check."""
+              label: str, hold: bool = True) -> None:
+        """One round of shape ``index``: fresh values, each block's step, the check; a round
+        one of whose held steps was released before it was armed runs again. ``hold`` False:
+        unheld even in a held run (a block's first steps on a shape, where CUDA loads the
+        kernels it needs, synchronizing, and Triton compiles)."""
+        while not self._round(index, order, timed=timed, alone=alone, label=label, hold=hold):
+            pass
+
+    def _round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
+               label: str, hold: bool) -> bool:
         raw = self.out.shapes[index]
         work = self.plain_s[index]
         self.base.ask({"cmd": "fill", "shape": index, "seed": secrets.randbits(63)}, "filled",
                       f"drawing the values of {label}", work)
+        samples: list[tuple[str, float, float, float]] = []
         for name in order:
             child = self.sub if name in ("sub", "cal") else self.base
             # The L2 is flushed by the *other* process: every step then begins with the GPU
             # switching to its process's context, whichever block it is. (With both flushes in
             # the baselines process, the submission's steps alone paid the switch: 0.2-0.4 ms
             # more outside their windows on an H200.) A flush the submission's process skips
-            # only warms the baselines' steps.
+            # only warms the baselines' steps. A held step of the submission's process is
+            # flushed by the baselines' ``restore``, after its values are back.
             flusher = self.base if child is self.sub else self.sub
-            flusher.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
+            if not (self.held and hold and child is self.sub):
+                flusher.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
             self.steps += 1
             command = {"cmd": "go", "shape": index, "block": name, "step": self.steps}
             if name == "sub":
@@ -307,15 +280,34 @@ class _Run:
             elif name == "cal":
                 command["label"] = f"calibration:{label}"
                 self.harness_steps.add(f"step:calibration:{label}#{self.steps}")
-            message, wall = child.ask(command, "done", f"a step of {name} in {label}", work)
+            message, wall, whole = self.step(child, command, f"a step of {name} in {label}",
+                                             work, index, hold)
             if message.get("step") != self.steps:
                 # A done that answers another step (one sent early, or a stale one) is the
                 # harness's clock no longer being the step's.
                 child.process.tamper(f"answered step {message.get('step')!r} to step "
                                      f"{self.steps}")
-                raise child._ended()
-            if timed:
-                window, tail = _number(message, "window_ms"), _number(message, "tail_ms")
+                raise child.stop()
+            if self.held and hold and not whole:
+                # Released before it was armed: its host took over `HOLD_RELEASE_S` to enqueue
+                # it, compiling or loading its kernels (a block's first step) or waiting on the
+                # GPU inside its step (the GPU waited for the release). A submission's step
+                # then ran on the scrubbed slab: the round runs again, this one unchecked and
+                # untimed. The second time for one block and shape it is no first step: every
+                # later step runs unheld.
+                self.late[name, index] += 1
+                if self.late[name, index] >= 2:
+                    self.held = False
+                    self.out.hold = (f"unheld from step {self.steps} on: the {name} step in "
+                                     f"{label} was twice not enqueued within "
+                                     f"{HOLD_RELEASE_S:g} s (it waits on the GPU inside its "
+                                     "step)")
+                    self.progress(self.out.hold)
+                return False
+            samples.append((name, _number(message, "window_ms"), _number(message, "tail_ms"),
+                            wall))
+        if timed:
+            for name, window, tail, wall in samples:
                 if name == "cal":
                     raw.calibration_ms.append(wall - window)
                 elif alone:
@@ -333,7 +325,7 @@ class _Run:
                                    work * ORACLE_WORK if oracle else work)
         changed = message.get("changed") or []
         if changed:
-            raise _Stop("check_failed", f"{label}: the submission's step changed its "
+            raise Stop("check_failed", f"{label}: the submission's step changed its "
                         f"{', '.join(changed)}")
         if "sub" in order:
             if not oracle:
@@ -344,10 +336,11 @@ class _Run:
             value = as_util(message["util"][-1][worst])
             limit, against = (1.0, "the fp64 oracle") if oracle else (self.slack, "plain PyTorch")
             if not value <= limit:
-                raise _Stop("check_failed", f"{label}: timed {UTIL_KEYS[worst]} differs from "
+                raise Stop("check_failed", f"{label}: timed {UTIL_KEYS[worst]} differs from "
                             f"{against}: utilisation {value:.3g} > {limit:g}")
             if oracle:
                 raw.oracle_util.append(value)
+        return True
 
     def judge_census(self, message: dict[str, Any]) -> None:
         """One ``census`` message of the submission's process, judged here (`grader.census`)."""
@@ -359,7 +352,7 @@ class _Run:
                                            rules=label not in self.harness_steps)
         if found:
             first = found[0]
-            raise _Stop("rule_broken", f"{first.rule}: {first.message}")
+            raise Stop("rule_broken", f"{first.rule}: {first.message}")
 
     def collect(self, label: str) -> None:
         """The baselines process's census restart alone (in the alone rounds: the same cadence
@@ -374,25 +367,25 @@ class _Run:
         self.base.process.send(json.dumps({"cmd": "collect"}) + "\n")
         message, _ = self.sub.ask({"cmd": "audit", "label": label}, "audited",
                                   f"auditing after {label}")
-        self.base._wait("collected", f"the census after {label}", 0.0)
+        self.base.wait("collected", f"the census after {label}", 0.0)
         steps = message.get("steps")
         if not isinstance(steps, list) or not all(
                 isinstance(st, dict) and isinstance(st.get("own"), int)
                 and isinstance(st.get("foreign"), list) for st in steps):
             self.sub.process.tamper("sent a malformed launch census")
-            raise self.sub._ended()
+            raise self.sub.stop()
         for step in steps:
             foreign = step["foreign"]
             if foreign:
-                raise _Stop("rule_broken", f"foreign-triton-kernel: {str(foreign[0])[:300]} ran "
+                raise Stop("rule_broken", f"foreign-triton-kernel: {str(foreign[0])[:300]} ran "
                             f"in {str(step.get('label'))[:100]} (not the submission's files)")
             if self.launches and not step["own"]:
-                raise _Stop("rule_broken", f"no-triton-kernel: no Triton kernel defined in the "
+                raise Stop("rule_broken", f"no-triton-kernel: no Triton kernel defined in the "
                             f"submission was launched in {step.get('label')}")
         # Every step announced since the last audit must have brought its census by now.
         found = self.ledger.close_item(label) if ran_steps else self.ledger.unsettled()
         if found:
-            raise _Stop("rule_broken", f"{found[0].rule}: {found[0].message}")
+            raise Stop("rule_broken", f"{found[0].rule}: {found[0].message}")
 
     def snapshot(self, what: str) -> None:
         self.out.snapshots.append(telemetry.snapshot(what, uuid=self.uuid))
@@ -433,7 +426,7 @@ class Started:
 
     run: _Run
     sub_dir: Path
-    stopped: _Stop | None = None
+    stopped: Stop | None = None
 
 
 def run_interleaved(*args: Any, **kwargs: Any) -> Interleaved:
@@ -495,26 +488,32 @@ def start_interleaved(
     }
     if device == "cpu":
         job["slab_path"] = str(workdir / "slab")
-    (workdir / "baselines.json").write_text(json.dumps(job))
+    pages = {who: _hold_page(workdir) for who in ("baselines", "submission")}
     sub_job = {k: job[k] for k in ("device", "block", "shapes")}
+    job["hold_path"], sub_job["hold_path"] = (str(pages[w][0]) for w in ("baselines",
+                                                                        "submission"))
+    (workdir / "baselines.json").write_text(json.dumps(job))
     (workdir / "submission.json").write_text(json.dumps(sub_job))
     limits = ChildLimits.from_phase(config.limits.timing)
-    base = _Child("baselines", ChildProcess(CHILD_DIR / "baselines.py", base_dir,
+    base = Child("baselines", ChildProcess(CHILD_DIR / "baselines.py", base_dir,
                                             [str(REPO_ROOT), str(workdir / "baselines.json")],
                                             limits, env, python=python), rule, trusted=True)
-    sub = _Child("submission", ChildProcess(CHILD_DIR / "submission.py", sub_dir,
+    sub = Child("submission", ChildProcess(CHILD_DIR / "submission.py", sub_dir,
                                             [str(REPO_ROOT), str(workdir / "submission.json")],
                                             limits, env, arm=True, python=python),
                  rule, trusted=False)
     run = _Run(config, profile, plain_s, base, sub, out, progress, uuid, slack, census,
                device)
+    run.pages = {who: page for who, (_, page) in pages.items()}
+    run.released = {who: 0 for who in pages}
+    run.page_paths = [path for path, _ in pages.values()]
     run.block_dims = [census_rules.BlockDims(s.batch, s.length, config.block.channels,
                                              config.block.expansion) for s in shapes]
     sub.on_census = run.judge_census
     started = Started(run, sub_dir)
     try:
         _warm_baselines(run)
-    except _Stop as stop:
+    except Stop as stop:
         started.stopped = stop
     except BaseException:
         _end(run)
@@ -530,7 +529,7 @@ def finish_interleaved(started: Started) -> Interleaved:
         if started.stopped is not None:
             raise started.stopped
         _drive(run)
-    except _Stop as stop:
+    except Stop as stop:
         out.status, out.reason = stop.status, stop.reason
     finally:
         _end(run)
@@ -554,6 +553,24 @@ def _end(run: _Run) -> None:
     out.submission = _finish(run.sub.process)
     out.baselines = _finish(run.base.process)
     out.command_s = {child.who: child.spent for child in (run.base, run.sub)}
+    for page in run.pages.values():
+        with contextlib.suppress(BufferError, ValueError):
+            page.close()
+    for path in run.page_paths:
+        path.unlink(missing_ok=True)
+
+
+def _hold_page(workdir: Path) -> tuple[Path, mmap.mmap]:
+    """A new hold page (zeros) and the parent's mapping of it: in /dev/shm where it can be
+    written (the driver pins shared memory), else in ``workdir``."""
+    where = SHM_DIR if SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK) else workdir
+    fd, name = tempfile.mkstemp(prefix="grader-hold-", dir=where)
+    try:
+        os.write(fd, bytes(HOLD_BYTES))
+        page = mmap.mmap(fd, HOLD_BYTES)
+    finally:
+        os.close(fd)
+    return Path(name), page
 
 
 def _finish(process: ChildProcess, grace_s: float = 10.0) -> ChildResult:
@@ -581,11 +598,18 @@ def _warm_baselines(run: _Run) -> None:
     the baselines alone (the submission's process idle)."""
     profile, out, base, sub = run.profile, run.out, run.base, run.sub
     n = len(profile.shapes)
-    run.ready = base._wait("ready", "starting the baselines process", 0.0)
+    run.ready = base.wait("ready", "starting the baselines process", 0.0)
     out.device = dict(run.ready.get("device") or {})
-    sub._wait("hello", "starting the timing child", 0.0)
+    hello = sub.wait("hello", "starting the timing child", 0.0)
+    # Held only where both processes hold: the submission's process saying it cannot only
+    # costs it the hold (its steps are then timed as the baselines' are, unheld).
+    if run.ready.get("hold") is True and hello.get("hold") is True:
+        run.held, out.hold = True, "held"
+    else:
+        out.hold = (f"unheld: baselines {run.ready.get('hold_how')!r}, submission "
+                    f"{hello.get('hold_how')!r}")
     # The sandbox counts the child's tasks and answers; only then may commands follow.
-    sub._wait(ARM_EVENT, "warming up the timing child", 0.0)
+    sub.wait(ARM_EVENT, "warming up the timing child", 0.0)
     out.handshake_ms = {
         child.who: statistics.median(child.ask({"cmd": "ping"}, "pong", "a ping")[1]
                                      for _ in range(20))
@@ -596,7 +620,8 @@ def _warm_baselines(run: _Run) -> None:
         label = _label(profile, index)
         run.progress(f"baselines alone: warming up {index + 1}/{n} {label}")
         for r in range(profile.warmup):
-            run.round(index, ALONE_ORDERS[r % 2], timed=False, alone=True, label=label)
+            run.round(index, ALONE_ORDERS[r % 2], timed=False, alone=True, label=label,
+                      hold=r > 0)
     run.collect("the baselines' warm-ups")
 
 
@@ -609,6 +634,11 @@ def _drive(run: _Run) -> None:
     # it, as the submission's steps will.
     sub.ask({"cmd": "attach", "slab": ready["slab"]}, "attached", "mapping the inputs")
     half = profile.alone_rounds // 2
+    # The harness's own block runs its first step on each shape in that process here, unheld
+    # and untimed (CUDA loads its kernels then).
+    for index in range(n):
+        run.round(index, CALIBRATION_ORDERS[0], timed=False, alone=True,
+                  label=_label(profile, index), hold=False)
     alone_rounds(run, half, CALIBRATION_ORDERS)
     # Their census is read before the submission exists (kept in the ledger, not judged).
     run.audit("the calibration steps")
@@ -622,7 +652,8 @@ def _drive(run: _Run) -> None:
         run.progress(f"warming up {index + 1}/{n} {label}")
         run.snapshot(f"before {label}")
         for r in range(profile.warmup):
-            run.round(index, ORDERS[r % VISIT_ROUNDS], timed=False, alone=False, label=label)
+            run.round(index, ORDERS[r % VISIT_ROUNDS], timed=False, alone=False, label=label,
+                      hold=r > 0)
     # One untimed round each, in the visiting order: the caching allocators have then seen every
     # shape's steps after another shape's.
     for index in range(n):

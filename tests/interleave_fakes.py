@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from grader import interleave, telemetry
+from grader import conversation, interleave, telemetry
 from grader.child.census import MARKER_PREFIX, NONCE_SEPARATOR, StepSummary
 from grader.sandbox import ChildResult, Outcome
 
@@ -95,6 +95,12 @@ class Script:
         loaded: The submission process imported the submission (the baselines are no longer
             alone).
         finished: The submission process reported its memory (the baselines are alone again).
+        held: Both children say they can hold a step (`grader.child.steps.Hold`): a held
+            ``go`` is answered ``armed`` (``arm_ms`` after it), and its ``done`` only once the
+            parent has written the step's number to the child's page, stamped its window plus
+            ``overhead_ms`` after the parent's clock read then.
+        waits_on_gpu: Held steps for which this is true answer ``armed`` only once released,
+            as a step whose host waits on the GPU inside it.
     """
 
     windows: dict[str, float] = field(default_factory=lambda: dict(WINDOWS))
@@ -118,6 +124,9 @@ class Script:
     children: dict[str, FakeChild] = field(default_factory=dict)
     sub_checks: int = 0
     oracle_draws: int = 0
+    held: bool = False
+    arm_ms: float = 2.0
+    waits_on_gpu: Callable[[dict[str, Any]], bool] | None = None
 
     def randbelow(self, n: int) -> int:
         """The parent's draw of whether the round's check is the oracle's (0: it is); drawn once
@@ -138,7 +147,7 @@ class Script:
 
 
 class FakeChild:
-    """Stands in for `grader.sandbox.ChildProcess` (what `grader.interleave._Child` uses)."""
+    """Stands in for `grader.sandbox.ChildProcess` (what `grader.conversation.Child` uses)."""
 
     def __init__(self, script: Script, entry_script: Path, workdir: Path, args: list[str],
                  limits: Any, env_extra: Any = None, *, arm: bool = False, **_: Any) -> None:
@@ -162,18 +171,24 @@ class FakeChild:
         self._launches: list[str] = []
         # Census steps announced since the last audit: (label, nonce).
         self._census: list[tuple[str, str]] = []
+        # A held step waiting for its release: its number, the messages then, its wall (ms).
+        self._held: tuple[int, list[dict[str, Any]], float] | None = None
+        self.released: list[int] = []  # the held steps released, in order
         script.children[self.who] = self
         if self.who in script.silent:
             self._finish_as(script.silent[self.who])
         elif self.who == "baselines":
             self._queue([[{"event": "ready", "slab": {"handle": "fake"}, "pid": self.pid,
-                           "device": {"name": "NVIDIA H200"}}]])
+                           "device": {"name": "NVIDIA H200"}, "hold": script.held,
+                           "hold_how": "held" if script.held else "no hold page"}]])
         else:
             # Spontaneous, and far apart in time (the warm-up is between): two reads.
-            self._queue([[{"event": "hello", "device": {}, "pid": self.pid}],
+            self._queue([[{"event": "hello", "device": {}, "pid": self.pid,
+                           "hold": script.held,
+                           "hold_how": "held" if script.held else "no hold page"}],
                          [{"event": "armed"}]])
 
-    # -------------------------------------------------------------- what _Child uses
+    # -------------------------------------------------------------- what Child uses
 
     def send(self, text: str) -> None:
         if self.ended:
@@ -196,6 +211,13 @@ class FakeChild:
                 self.script.dues[self.who].append(due.what)
         if self.ended:
             return []
+        if self._held is not None and self.page_value() >= self._held[0]:
+            step, messages, wall = self._held
+            self._held = None
+            self.released.append(step)
+            *first, last = messages
+            self._queue([first] if first else [])
+            self._batches += self.stamped(last, wall)
         if not self._batches:
             time.sleep(min(timeout, 0.001))
             return []
@@ -247,6 +269,10 @@ class FakeChild:
         self._end = end
         self.ended = True
 
+    def page_value(self) -> int:
+        """What the parent last wrote to this child's hold page."""
+        return int.from_bytes(Path(self.job["hold_path"]).read_bytes()[:4], "little")
+
     def stamped(self, message: dict[str, Any], after_ms: float) -> list[list[dict[str, Any]]]:
         """``message`` alone in a read, ``after_ms`` on the parent's clock after the command."""
         return [[{**message, "_received": self.script.clock.advance_ms(after_ms)}]]
@@ -269,6 +295,8 @@ class FakeChild:
             window = (script.alone or script.windows)[timed] if alone else script.windows[timed]
             wall = window + script.overhead_ms
             if name not in ("sub", "cal"):
+                if command.get("held"):
+                    return self._hold(command, [done(command, window)], wall)
                 return self.stamped(done(command, window), wall)
             wall += script.process_wall_extra_ms + (script.sub_wall_extra_ms if name == "sub"
                                                     else 0.0)
@@ -280,15 +308,30 @@ class FakeChild:
             self._census.append((label, nonce))
             announce = {"event": "census", "label": label,
                         "commit": hashlib.sha256(nonce.encode()).hexdigest()}
+            if command.get("held"):
+                return [[announce], *self._hold(command, [done(command, window)], wall)]
             return [[announce], *self.stamped(done(command, window), wall)]
         if self.who == "baselines":
             return self._baselines(command)
         return self._submission(command)
 
+    def _hold(self, command: dict[str, Any], messages: list[dict[str, Any]],
+              wall: float) -> list[list[dict[str, Any]]]:
+        """A held step: ``armed`` now (or with ``messages``, once released), ``messages`` once
+        released (the last stamped ``wall`` after the release)."""
+        armed = {"event": "armed", "step": command["step"]}
+        waits = self.script.waits_on_gpu is not None and self.script.waits_on_gpu(command)
+        self._held = (int(command["step"]), [armed, *messages] if waits else messages, wall)
+        return [] if waits else self.stamped(armed, self.script.arm_ms)
+
     def _baselines(self, command: dict[str, Any]) -> Answer:
         cmd = command["cmd"]
         if cmd == "fill":
             return [[{"event": "filled"}]]
+        if cmd == "scrub":
+            return [[{"event": "scrubbed"}]]
+        if cmd == "restore":
+            return [[{"event": "restored"}]]
         if cmd == "collect":
             return [[{"event": "collected"}]]
         if cmd == "check":
@@ -332,8 +375,10 @@ def install(monkeypatch: pytest.MonkeyPatch, script: Script | None = None) -> Sc
     script = script if script is not None else Script()
     monkeypatch.setattr(interleave, "ChildProcess",
                         lambda *a, **kw: FakeChild(script, *a, **kw))
-    monkeypatch.setattr(interleave, "time", types.SimpleNamespace(
-        perf_counter=script.clock, monotonic=time.monotonic, sleep=time.sleep))
+    clock = types.SimpleNamespace(perf_counter=script.clock, monotonic=time.monotonic,
+                                  sleep=time.sleep)
+    monkeypatch.setattr(interleave, "time", clock)
+    monkeypatch.setattr(conversation, "time", clock)
     monkeypatch.setattr(interleave, "secrets", types.SimpleNamespace(
         randbits=secrets.randbits, randbelow=script.randbelow))
     monkeypatch.setattr(telemetry, "snapshot", lambda label, uuid=None, index=0:

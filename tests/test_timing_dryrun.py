@@ -57,6 +57,8 @@ def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_ca
     assert reason in report.reason.lower(), detail
     assert report.telemetry["dry_run"] is True
     if status == "ok":
+        # Held on the CPU too (the page polled by the host): the parent's protocol is the GPU's.
+        assert report.telemetry["hold"] == "held", report.telemetry["hold"]
         for shape in report.shapes:
             assert shape.status == "ok" and shape.utilisation is not None
             assert shape.utilisation <= 1.5 and shape.t_sub_ms > 0

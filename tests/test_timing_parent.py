@@ -7,6 +7,7 @@ The children are fakes (tests/interleave_fakes.py) that answer each command as t
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from interleave_fakes import End, Script, apart, batch, done, install, on
@@ -131,8 +132,11 @@ def expected_commands(profile: Profile) -> list[tuple[str, str]]:
         for r in range(profile.warmup):
             round_(i, ALONE_ORDERS[r % 2])
     out.append(("baselines", "collect"))
-    # The submission's process maps the slab and times the harness's own block beside them.
+    # The submission's process maps the slab and times the harness's own block beside them,
+    # after one untimed round of it per shape.
     out.append(("submission", "attach"))
+    for i in range(n):
+        round_(i, CALIBRATION_ORDERS[0])
     for r in range(profile.alone_rounds // 2):
         for i in range(n):
             round_(i, CALIBRATION_ORDERS[r % 2])
@@ -182,7 +186,7 @@ def test_commands_follow_the_protocol_in_order(monkeypatch, ws) -> None:
     # The submission's steps carry their shape's label; the calibration steps come first.
     gos = script.commands("submission", "go")
     cal = [c for c in gos if c["block"] == "cal"]
-    assert gos[:len(cal)] == cal and len(cal) == len(SHAPES) * profile.alone_rounds // 2
+    assert gos[:len(cal)] == cal and len(cal) == len(SHAPES) * (profile.alone_rounds // 2 + 1)
     assert all(c["label"] == f"calibration:{LABELS[c['shape']]}" for c in cal)
     assert all(c["label"] == LABELS[c["shape"]] for c in gos[len(cal):])
     # Every step numbered in the order sent, across both processes.
@@ -207,6 +211,119 @@ def test_timed_rounds_visit_the_shapes_in_turn(monkeypatch, ws) -> None:
     checks = script.commands("baselines", "check")
     assert sum(1 for c in checks if c["sub"]) == untimed + len(SHAPES) * profile.rounds
     assert [len(s.samples.sub_ms) for s in report.shapes] == [12, 12]
+
+
+# ----------------------------------------------------------------------------- held steps
+
+
+def held_rounds(script) -> list[list[tuple[str, str]]]:
+    """The log cut into rounds (from each ``fill`` to its ``check``), tokens with held marks."""
+    rounds: list[list[tuple[str, str]]] = []
+    for who, c in script.log:
+        if c["cmd"] == "fill":
+            rounds.append([])
+        if rounds and c["cmd"] in ("flush", "scrub", "restore", "go"):
+            rounds[-1].append((who, token(c) + (" held" if c.get("held") else "")))
+    return rounds
+
+
+def test_held_steps_are_released_by_the_parent_once_their_values_are_back(monkeypatch,
+                                                                          ws) -> None:
+    """Where both children hold: every step is sent held; a step of the submission's process is
+    preceded by the slab's scrub, and its values come back (with the L2 flush) only once it is
+    armed; each step is timed from the parent's release, not from its ``go`` (the fake arms
+    2 ms after the go: no wall holds them)."""
+    script = install(monkeypatch, Script(held=True, arm_ms=2.0))
+    report = run(ws)
+    assert report.status == "ok", report.reason
+    assert report.telemetry["hold"] == "held"
+    for s in report.shapes:
+        assert s.t_sub_ms == pytest.approx(2.0) and s.r == pytest.approx(3.0)
+        assert s.overhead_ms == pytest.approx(0.35) and s.clock_disagreements == 0
+    rounds = held_rounds(script)
+    # Held but for each block's first step on a shape (CUDA loads kernels, Triton compiles):
+    # the baselines' and the submission's first warm-up rounds and one calibration round.
+    unheld = [r for r in rounds if not any(t.endswith("held") for _, t in r)]
+    assert len(unheld) == 3 * len(SHAPES) and len(rounds) > len(unheld)
+    for r in rounds:
+        if r in unheld:
+            continue
+        for k, (who, t) in enumerate(r):
+            if not t.startswith("go"):
+                continue
+            assert t.endswith(" held"), r
+            if who == "submission":
+                # scrub → go (armed) → restore; no flush of the other process before it.
+                assert r[k - 1] == ("baselines", "scrub"), r
+                assert r[k + 1] == ("baselines", "restore"), r
+            else:
+                assert r[k - 1] == ("submission", "flush"), r
+    # Every held step was released, in order; the pages are gone at the end.
+    for who, child in script.children.items():
+        assert child.released == [c["step"] for w, c in script.log
+                                  if w == who and c["cmd"] == "go" and c.get("held")]
+        assert not Path(child.job["hold_path"]).exists()
+
+
+def test_a_step_not_armed_in_time_is_released_and_its_round_runs_again(monkeypatch,
+                                                                       ws) -> None:
+    """A held step whose host waits on the GPU is armed only once released: the parent releases
+    it after `HOLD_RELEASE_S`, drops its round (the submission ran on the scrubbed slab) and runs
+    the round again; the second time for one block and shape, every later step runs unheld.
+    Every shape still gets all its samples."""
+    from grader import interleave
+
+    monkeypatch.setattr(interleave, "HOLD_RELEASE_S", 0.01)
+    waits = {"n": 0}
+
+    def waits_on_gpu(command: dict) -> bool:
+        # The submission's first two timed steps of shape 1 read a value back.
+        if command["block"] != "sub" or command["shape"] != 1:
+            return False
+        waits["n"] += 1
+        return waits["n"] in (3, 4)
+
+    script = install(monkeypatch, Script(held=True, waits_on_gpu=waits_on_gpu))
+    report = run(ws)
+    assert report.status == "ok", report.reason
+    assert report.telemetry["hold"].startswith("unheld from step "), report.telemetry["hold"]
+    assert "was twice not enqueued within 0.01 s" in report.telemetry["hold"]
+    assert [len(s.samples.sub_ms) for s in report.shapes] == [PROFILE.rounds] * 2
+    gos = sub_steps(script)
+    # Held (but for the first warm-up steps) until the second late step, unheld after it.
+    last = max(k for k, c in enumerate(gos) if c.get("held"))
+    assert last < len(gos) - 1 and not any(c.get("held") for c in gos[last + 1:])
+    assert gos[last]["shape"] == 1
+    # The two dropped rounds were not checked: one check per round that ran to its end.
+    checks = [c for c in script.commands("baselines", "check") if c["sub"]]
+    assert len(checks) == len(gos) - 2
+
+
+def test_a_write_to_a_hold_page_is_tampering(monkeypatch, ws) -> None:
+    """Only the parent writes the pages: a page found holding another value (the submission
+    released its own step, or the baselines', early) ends the submission as tampered."""
+
+    def write_page(who, command, script):
+        if who == "submission" and command["cmd"] == "go" and command["block"] == "sub":
+            path = script.children["baselines"].job["hold_path"]
+            with open(path, "r+b") as f:
+                f.write((10**6).to_bytes(4, "little"))
+        return None
+
+    install(monkeypatch, Script(held=True, hook=write_page))
+    report = run(ws)
+    assert_failed(report, "rule_broken", "channel-tampering",
+                  "the baselines process's hold page holds 1000000")
+
+
+def test_unheld_where_a_child_cannot_hold(monkeypatch, ws) -> None:
+    script = install(monkeypatch)
+    report = run(ws)
+    assert report.status == "ok", report.reason
+    assert report.telemetry["hold"] == ("unheld: baselines 'no hold page', submission "
+                                        "'no hold page'")
+    assert not any(c.get("held") for _, c in script.log)
+    assert not script.commands("baselines", "scrub")
 
 
 # ----------------------------------------------------------------------------- the submission fails

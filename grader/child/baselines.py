@@ -15,7 +15,10 @@ submission can borrow its kernels or slow its steps from inside. It:
   (the submission process flushes before the baselines' steps: every step starts with a switch
   of the GPU's context, see `grader.interleave`);
 - on ``go`` times one step of plain or the reference with `grader.child.steps.run_step`, exactly
-  as the submission process times the submission's, on the slab's values as it does;
+  as the submission process times the submission's, on the slab's values as it does (held, it
+  answers ``armed`` first and runs once the parent writes the step's number to its page);
+- on ``scrub`` overwrites the slab's inputs with NaN before the submission's held step, and on
+  ``restore`` puts the round's values back once that step is armed, then flushes the L2;
 - on ``check`` compares the reference's and the submission's evidence of the round (the latter
   read from the slab, before the submission runs again) with plain's, or, in rounds the parent
   samples after the steps ran, with the fp64 oracle at the gate's budgets; and says whether the
@@ -40,6 +43,7 @@ import torch  # noqa: E402
 
 from grader.child.census import Census  # noqa: E402
 from grader.child.channel import ChildExit  # noqa: E402
+from grader.child.hold import open_hold  # noqa: E402
 from grader.child.steps import (  # noqa: E402
     EVIDENCE,
     INPUTS,
@@ -93,9 +97,20 @@ class Shape:
     def fill(self, seed: int) -> None:
         """A round's values from ``seed``, into this process's tensors, then into the slab."""
         draw_round(torch, self.inputs, self.bounds, seed)
+        self.restore()
+
+    def restore(self) -> None:
+        """The round's values into the slab again (after `scrub`)."""
         with torch.no_grad():
             for key in INPUTS:
                 self.shared[key].copy_(self.inputs[key])
+
+    def scrub(self) -> None:
+        """The slab's inputs overwritten (NaN) while the submission's held step is enqueued:
+        nothing it can run before the parent's release sees the round's values."""
+        with torch.no_grad():
+            for key in INPUTS:
+                self.shared[key].fill_(float("nan"))
 
     def truth(self) -> dict[str, Any]:
         """The fp64 oracle of the round (`task.oracle`), as evidence to compare with."""
@@ -144,6 +159,7 @@ def main() -> int:
     shapes = [Shape(job, spec, slab, ref_cls, device) for spec in job["shapes"]]
     timer = Timer(torch, timers) if device == "cuda" else HostTimer(torch, timers)
     flush_buf = flush_buffer(torch, device)
+    hold, hold_how = open_hold(torch, job)
     # The submission's process runs its steps under the rule guard; so does this one (its
     # findings unread), so what the guard's hooks cost a step is the same for every block. On an
     # H200 without it the submission's steps cost 0.2-0.3 ms more around their windows than
@@ -153,7 +169,8 @@ def main() -> int:
     guard = rules.Guard(Path.cwd(), ())
     guard.install()
     channel.send("ready", device=device_facts(torch), pid=os.getpid(),
-                 slab=share_slab(torch, slab, job.get("slab_path")))
+                 slab=share_slab(torch, slab, job.get("slab_path")), hold=hold is not None,
+                 hold_how=hold_how)
     budgets = job["budgets"]
     for command in commands():
         cmd = command["cmd"]
@@ -165,6 +182,17 @@ def main() -> int:
             flush_buf.zero_()
             timer.sync()
             channel.send("flushed")
+        elif cmd == "scrub":
+            shapes[command["shape"]].scrub()
+            timer.sync()
+            channel.send("scrubbed")
+        elif cmd == "restore":
+            # The round's values back, then the L2 flushed: the submission's held step starts
+            # from a flushed L2 after a switch of context, as every step does.
+            shapes[command["shape"]].restore()
+            flush_buf.zero_()
+            timer.sync()
+            channel.send("restored")
         elif cmd == "go":
             st, name = shapes[command["shape"]], command["block"]
             record = rules.PhaseRecord(f"{name}#{command['step']}")
@@ -173,9 +201,15 @@ def main() -> int:
             # The round's values as the submission's step reads them: from the slab (the same
             # memory for all three blocks; on an H200 the reference as the submission, reading
             # the slab while the reference read private copies, was 1.5-2% slower in fp32).
+            number = command["step"]
+            if command.get("held") and hold is None:
+                channel.send("failure", kind="harness", reason="a held step without a hold")
+                return ChildExit.HARNESS_ERROR
             step = run_step(torch, timer, st.blocks[name], st.params[name], st.shared,
                             st.evidence[name],
-                            around=lambda record=record, mark=mark: watched(guard, record, mark))
+                            around=lambda record=record, mark=mark: watched(guard, record, mark),
+                            hold=hold if command.get("held") else None, step=number,
+                            armed=lambda number=number: channel.send("armed", step=number))
             guard.findings.clear()  # unread here; kept from growing
             channel.send("done", step=command["step"], window_ms=step.window_ms,
                          tail_ms=step.tail_ms)

@@ -26,7 +26,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grader.child.hold import Hold, HostHold
 
 PARAM_KEYS = ("conv.weight", "fc1.weight", "fc2.weight")
 INPUTS = ("x", "grad_out", *PARAM_KEYS)
@@ -275,11 +278,16 @@ class Timer:
         self.sync = timers.original("torch.cuda.synchronize")
         self.events = [event(enable_timing=True) for _ in range(3)]
 
-    def run(self, fn: Callable[[], Any]) -> tuple[Any, Step]:
+    def run(self, fn: Callable[[], Any], enqueued: Callable[[], None] | None = None
+            ) -> tuple[Any, Step]:  # fmt: skip
+        """Time ``fn``; ``enqueued`` is called once its work is enqueued (a held step's
+        ``armed``: the device runs it only after the parent's release)."""
         start, returned, end = self.events
         start.record()
         result = fn()
         returned.record()
+        if enqueued is not None:
+            enqueued()
         # The window closes once the whole device is idle: work left on a side stream counts.
         self.sync()
         end.record()
@@ -296,9 +304,12 @@ class HostTimer:
     def sync(self) -> None:
         return None
 
-    def run(self, fn: Callable[[], Any]) -> tuple[Any, Step]:
+    def run(self, fn: Callable[[], Any], enqueued: Callable[[], None] | None = None
+            ) -> tuple[Any, Step]:  # fmt: skip
         t0 = self.clock()
         result = fn()
+        if enqueued is not None:
+            enqueued()
         return result, Step(1e3 * (self.clock() - t0), 0.0)
 
 
@@ -316,7 +327,8 @@ def block_params(block: Any, who: str) -> list[Any]:
 
 def run_step(torch: Any, timer: Timer | HostTimer, block: Any, params: Sequence[Any],
              inputs: dict[str, Any], evidence: dict[str, Any],
-             around: Callable[[], Any] | None = None) -> Step:
+             around: Callable[[], Any] | None = None, hold: Hold | HostHold | None = None,
+             step: int = 0, armed: Callable[[], None] | None = None) -> Step:
     """One training step of ``block`` on ``inputs``; its evidence copied into ``evidence``.
 
     Before the window: the weights are copied into the block's parameters (the same values
@@ -327,20 +339,35 @@ def run_step(torch: Any, timer: Timer | HostTimer, block: Any, params: Sequence[
     synchronized again. Every block runs exactly this, so what it costs outside the window is
     the same for each.
 
+    A *held* step (``hold``; `Hold`) is enqueued whole behind a wait for the parent's release:
+    the weight copies, the window's events and the step's work; then ``armed`` is called (the
+    child says so) and the device runs it all once the parent writes ``step`` to the hold's
+    page. The window then holds the GPU's work only, not how fast this process's host enqueued
+    it, and the parent's clock starts at the release.
+
     Args:
         around: A context manager factory entered around the window only (the launch census).
+        hold: Hold the step for the parent's release (see above).
+        step: The step's number, the value the release writes.
+        armed: Called once the held step is enqueued.
 
     Raises:
         CheckFailure: The output is not a tensor of the input's shape, dtype and device, or a
             gradient is missing.
     """
+    enqueued = None
+    if hold is not None:
+        # Before the weight copies: they read the round's values, which reach the slab only
+        # after this process has answered ``armed``.
+        enqueued = hold.arm(step, armed)
     with torch.no_grad():
         for p, key in zip(params, PARAM_KEYS, strict=True):
             p.copy_(inputs[key])
             p.grad = None
     x = inputs["x"].detach().requires_grad_(True)
     grad_out = inputs["grad_out"]
-    timer.sync()
+    if hold is None:
+        timer.sync()
 
     def fn() -> Any:
         out = block(x)
@@ -348,7 +375,7 @@ def run_step(torch: Any, timer: Timer | HostTimer, block: Any, params: Sequence[
         return out
 
     with around() if around is not None else contextlib.nullcontext():
-        out, step = timer.run(fn)
+        out, timed = timer.run(fn, enqueued)
     if type(out) is not torch.Tensor:
         raise CheckFailure(f"the output is {type(out).__name__}, not exactly torch.Tensor")
     if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
@@ -366,7 +393,7 @@ def run_step(torch: Any, timer: Timer | HostTimer, block: Any, params: Sequence[
             p.grad = None
     del out, grads
     timer.sync()
-    return step
+    return timed
 
 
 @contextlib.contextmanager

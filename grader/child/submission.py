@@ -22,7 +22,9 @@ Order of events:
    `grader.child.steps.run_step` (the same code as the baselines' steps), with the op and
    kernel census below Python dispatch (`grader.child.census`: the profiler, always on) and the
    Triton launch census recording it — every step, timed or not, so nothing tells a watched step
-   from another — and answers ``done`` with the event window and tail; ``audit`` runs the guard's
+   from another — and answers ``done`` with the event window and tail (a held ``go`` is
+   enqueued whole behind a GPU wait, answered ``armed``, and runs when the parent writes its
+   number to this process's hold page, `grader.child.steps.Hold`); ``audit`` runs the guard's
    checks (global state, patched modules, threads, processes, compilers, imports), the timers'
    identities and the current stream, and sends the op and launch census of the steps since the
    last audit; ``memory``
@@ -53,6 +55,7 @@ import torch  # noqa: E402
 
 from grader.child.census import Census  # noqa: E402
 from grader.child.channel import ChannelWriter, ChildExit  # noqa: E402
+from grader.child.hold import open_hold  # noqa: E402
 from grader.child.steps import (  # noqa: E402
     CheckFailure,
     HostTimer,
@@ -100,8 +103,9 @@ class Sensor:
 
     def __init__(self, job: dict[str, Any], channel: ChannelWriter, guard: Any,
                  timers: TimerGuard, rules: Any, census: Census,
-                 harness: dict[int, tuple[Any, list[Any]]]) -> None:
+                 harness: dict[int, tuple[Any, list[Any]]], hold: Any) -> None:
         self.job = job
+        self.hold = hold
         self.census = census
         self.channel = channel
         self.guard = guard
@@ -157,9 +161,13 @@ class Sensor:
         self.param_bytes += sum(p.numel() * p.element_size() for p in block.parameters())
         self.channel.send("built", index=index)
 
-    def go(self, index: int, label: str, number: int, calibration: bool = False) -> None:
+    def go(self, index: int, label: str, number: int, calibration: bool = False,
+           held: bool = False) -> None:
         """One step: the submission's block, or (``calibration``, only before the import) the
-        harness's own, through exactly the same code."""
+        harness's own, through exactly the same code; ``held``: enqueued whole, answered
+        ``armed``, run when the parent releases it (`grader.child.steps.Hold`)."""
+        if held and self.hold is None:
+            raise CheckFailure("the parent asked for a held step and this process has no hold")
         if calibration:
             if self.sub_cls is not None or index not in self.harness:
                 raise CheckFailure("a calibration step was asked for after the import")
@@ -172,7 +180,9 @@ class Sensor:
         mark = self.census.mark(f"step:{label}#{number}")
         self.channel.send("census", label=mark.label, commit=mark.commit)
         step = run_step(torch, self.timer, block, params, self.views[index], self.views[index],
-                        around=lambda: watched(self.guard, record, mark))
+                        around=lambda: watched(self.guard, record, mark),
+                        hold=self.hold if held else None, step=number,
+                        armed=lambda: self.channel.send("armed", step=number))
         if not calibration:
             self.launches.append((label, [(k.name, k.file) for k in record.launches]))
         self.channel.send("done", step=number, window_ms=step.window_ms, tail_ms=step.tail_ms)
@@ -229,7 +239,10 @@ def main() -> int:
         return ChildExit.HARNESS_ERROR
     job, channel, timers = begun.job, begun.channel, begun.timers
     device = job["device"]
-    channel.send("hello", device=device_facts(torch), pid=os.getpid())
+    # Before anything of the submission exists (a hold it set up itself would prove nothing).
+    hold, hold_how = open_hold(torch, job)
+    channel.send("hello", device=device_facts(torch), pid=os.getpid(), hold=hold is not None,
+                 hold_how=hold_how)
     # Always on from here, before the warm-up (its first-use threads are the harness's).
     census = Census(device)
     census.start()
@@ -249,7 +262,7 @@ def main() -> int:
                         on_finding=lambda f: channel.send("finding", rule=f.rule, phase=f.phase,
                                                           message=f.message))
     guard.install()
-    sensor = Sensor(job, channel, guard, timers, rules, census, harness)
+    sensor = Sensor(job, channel, guard, timers, rules, census, harness, hold)
     # From here on the parent's task limit counts what the submission adds, nothing before.
     channel.arm()
     try:
@@ -270,7 +283,8 @@ def main() -> int:
                 sensor.build(int(command["shape"]))
             elif cmd == "go":
                 sensor.go(int(command["shape"]), str(command["label"]), int(command["step"]),
-                          calibration=command.get("block") == "cal")
+                          calibration=command.get("block") == "cal",
+                          held=bool(command.get("held")))
             elif cmd == "audit":
                 sensor.audit(str(command["label"]))
             elif cmd == "memory":
