@@ -328,13 +328,16 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             tail = "\n".join(gate.child.stderr_tail.strip().splitlines()[-30:])[-3000:]
             return report(status, reasons, child_stderr_tail=tail, **fields)
         # Timing copies the tree from here: it must be what the gate ran, whatever the gate's
-        # children (the grader's user) wrote meanwhile.
-        changed = tree_changes(sub.root, sub.digests)
+        # children (the grader's user) wrote meanwhile. So must the copy of a timing child
+        # started beside the gate (made before the gate ran).
+        changed, where = tree_changes(sub.root, sub.digests), "the exported tree"
+        if not changed and early is not None:
+            changed, where = early.tree_changes(sub.digests), "the timing child's copy of the tree"
         if changed:
             tampered = RuleFinding(
                 rule="tree-tampered", severity=Severity.VIOLATION, source="runtime",
-                message=f"the exported tree changed while the gate ran: "
-                        f"{'; '.join(changed[:5])}", phase="gate")  # fmt: skip
+                message=f"{where} changed while the gate ran: {'; '.join(changed[:5])}",
+                phase="gate")  # fmt: skip
             fields["findings"] = (tampered, *findings)
             return report(Status.RULE_BROKEN, [f"tree-tampered (gate): {tampered.message}"],
                           **fields)  # fmt: skip

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -43,10 +44,16 @@ from grader.timing import (
     memory_verdict,
     task_score,
 )
+from grader.workspace import tree_changes
 
 # A gate child's Triton cache handed to the timing child of the same submission (`TimingStart`)
 # is copied only up to this size; past it the timing child compiles its own.
 CARRIED_CACHE_BYTES = 1 << 30
+# The timing child's own directories inside its copy of the tree (`grader.sandbox`: its TMPDIR
+# and Triton cache), written by its harness before the submission is imported, and the files
+# the sandbox sends its output to.
+HARNESS_DIRS = (".tmp", ".triton")
+HARNESS_FILES = (".child-stdout", ".child-stderr")
 
 # Where progress lines go: a stream, a callable given each line, or nowhere.
 Progress = TextIO | Callable[[str], None] | None
@@ -330,10 +337,23 @@ class TimingStart:
         except BaseException as exc:  # noqa: BLE001 - re-raised by finish
             self.error = exc
 
+    def tree_changes(self, digests: tuple[tuple[str, str], ...]) -> list[str]:
+        """How the timing child's copy of the tree (made before the gate ran, writable to the
+        gate's children, who run as the grader's user) differs from the exported files
+        (`grader.workspace.tree_changes`); its harness's own directories aside, which `finish`
+        empties, and the sandbox's output files. Empty where the start failed (`finish` says
+        why)."""
+        self.thread.join()
+        if self.started is None:
+            return []
+        return tree_changes(self.started.sub_dir, digests, skip=HARNESS_DIRS + HARNESS_FILES)
+
     def finish(self, triton_cache: Path | None = None) -> TimingReport:
         """Time the submission and judge (`run_timing`'s report). ``triton_cache``: the gate
         child's Triton cache, copied into the timing child's (the same submission compiled
-        it; bounded by `CARRIED_CACHE_BYTES`)."""
+        it; bounded by `CARRIED_CACHE_BYTES`). Whatever the gate's children may have put in
+        the timing child's `HARNESS_DIRS` meanwhile is removed first (the caller holds the rest
+        of its tree to the export with `tree_changes`)."""
         self.thread.join()
         try:
             if self.error is not None:
@@ -343,6 +363,8 @@ class TimingStart:
             for line in self.held:
                 say(line)
             self.started.run.progress = say
+            for name in HARNESS_DIRS:
+                _empty(self.started.sub_dir / name)
             if triton_cache is not None and self.carry:
                 carry_cache(triton_cache, self.started.sub_dir / ".triton")
             run = interleave.finish_interleaved(self.started)
@@ -357,6 +379,20 @@ class TimingStart:
             interleave.cancel_interleaved(self.started)
         with contextlib.suppress(OSError):
             self.tmp.cleanup()
+
+
+def _empty(directory: Path) -> None:
+    """Remove everything inside ``directory`` (links are removed, never followed); files the
+    timing child has mapped stay mapped."""
+    if directory.is_symlink() or not directory.is_dir():
+        directory.unlink(missing_ok=True)
+        directory.mkdir()
+        return
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def carry_cache(source: Path, dest: Path, limit: int = CARRIED_CACHE_BYTES) -> int:

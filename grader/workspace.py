@@ -207,17 +207,25 @@ def export_submission(
     )
 
 
-def tree_changes(root: Path, digests: tuple[tuple[str, str], ...]) -> list[str]:
+def tree_changes(root: Path, digests: tuple[tuple[str, str], ...],
+                 skip: tuple[str, ...] = ()) -> list[str]:
     """How the directory ``root`` differs from the exported files ``digests``: a file changed,
     missing or added, or anything that is not a regular file (empty: the same tree).
 
     The submission's children run as the grader's user, so the exported tree is writable to
     them; what is timed is copied from it after the gate, and must be what the gate ran.
+
+    Args:
+        skip: Names directly under ``root`` left out (a child's own ``.tmp``, ``.triton``, the
+            files its output goes to).
     """
     want = dict(digests)
     found: list[str] = []
     seen = set()
     for dirpath, dirnames, names in os.walk(root, followlinks=False):
+        if Path(dirpath) == root:
+            dirnames[:] = [d for d in dirnames if d not in skip]
+            names = [n for n in names if n not in skip]
         for name in [*dirnames, *names]:
             path = Path(dirpath) / name
             rel = path.relative_to(root).as_posix()

@@ -115,3 +115,56 @@ def test_tree_changes_names_every_file_added_changed_removed_or_linked(tmp_path:
     assert sorted(tree_changes(sub.root, sub.digests)) == [
         "link.py is a link", "pkg/m.py was removed", "solution.py was changed",
         "timed_only.py was added"]
+    # A child's own directories may be left out, at the top only.
+    (sub.root / ".triton").mkdir()
+    (sub.root / ".triton" / "cache.bin").write_bytes(b"\0")
+    (sub.root / "pkg" / ".triton").mkdir()
+    (sub.root / "pkg" / ".triton" / "m.py").write_text("z = 3\n")
+    assert sorted(tree_changes(sub.root, sub.digests, skip=(".triton",))) == [
+        "link.py is a link", "pkg/.triton/m.py was added", "pkg/m.py was removed",
+        "solution.py was changed", "timed_only.py was added"]
+
+
+def test_a_grade_holds_the_copy_of_a_timing_child_started_beside_the_gate(tmp_path: Path,
+                                                                           monkeypatch) -> None:
+    """With ``--overlap-timing`` the timing child's copy of the tree exists while the gate runs
+    (the gate's children could write it): a change there is `tree-tampered`, and nothing is timed.
+    The GPU, the gate and the timing start are stand-ins; the check and its verdict are real."""
+    import grader.grade as grade_module
+    from grader.gate import GateResult
+    from grader.report import CaseResult, Status
+    from grader.sandbox import ChildResult, Outcome
+
+    class EarlyTiming:
+        finished = cancelled = False
+
+        def tree_changes(self, digests):
+            assert dict(digests).keys() == {"solution.py"}
+            return ["fast_path.py was added"]
+
+        def finish(self, triton_cache):
+            self.finished = True
+
+        def cancel(self):
+            self.cancelled = True
+
+    early = EarlyTiming()
+    passed = CaseResult(name="c1#1", kind="case", dtype="float32", shape=(1, 1, 1), dilation=1,
+                        passed=True, checks=(), max_utilisation=0.1, reason="")
+    child = ChildResult(outcome=Outcome.OK, exit_code=0, signal=None, wall_s=1.0,
+                        peak_rss_mb=1.0, peak_tasks=1)
+    monkeypatch.setattr(grade_module, "_pick_gpu", lambda options: 0)
+    monkeypatch.setattr(grade_module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(grade_module.torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(grade_module.torch.cuda, "get_device_name", lambda index: "stand-in")
+    monkeypatch.setattr(grade_module, "_start_timing", lambda *a, **kw: early)
+    monkeypatch.setattr(grade_module, "run_gate", lambda *a, **kw: GateResult(
+        items=(None,), cases=(passed,), findings=(), child=child))
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "x = 1\n"})
+    report = grade_module.grade(ws, grade_module.GradeOptions(overlap_timing=True,
+                                                              progress=False))
+    assert report.status is Status.RULE_BROKEN, report.reasons
+    assert report.reasons == ("tree-tampered (gate): the timing child's copy of the tree "
+                              "changed while the gate ran: fast_path.py was added",)
+    assert [f.rule for f in report.findings][:1] == ["tree-tampered"]
+    assert not early.finished and early.cancelled

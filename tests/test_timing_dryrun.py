@@ -11,6 +11,7 @@ times mean nothing, and the clock and drift rules are not judged on them. The GP
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import time
@@ -115,6 +116,8 @@ def test_a_timing_started_beside_the_gate_runs_no_submission_code_before_finish(
 
     def carry(source: Path, dest: Path) -> int:
         carried.extend(p.relative_to(dest) for p in dest.rglob("*.json"))  # nothing there yet
+        # What was planted in the timing child's own directories during the gate is gone.
+        assert not (dest / "planted").exists() and not (dest.parent / ".tmp" / "x.py").exists()
         n = carry_cache(source, dest)
         carried.extend(p.relative_to(dest) for p in dest.rglob("*.json"))
         return n
@@ -127,6 +130,17 @@ def test_a_timing_started_beside_the_gate_runs_no_submission_code_before_finish(
     assert set(start.started.run.sub.spent) == {"ping", "flush"}, start.started.run.sub.spent
     assert _lines(progress) == []  # held back: the gate's progress bar owns the terminal now
     sub_dir = start.started.sub_dir
+    # The timing child's copy of the tree is held to the export; what a gate child (the
+    # grader's user) could plant in it meanwhile is found, or removed (its own directories).
+    digests = tuple((p.relative_to(ws).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
+                    for p in ws.rglob("*") if p.is_file() and ".git" not in p.parts)
+    assert start.tree_changes(digests) == []
+    (sub_dir / "fast_path.py").write_text("FAST = True\n")
+    (sub_dir / ".triton" / "planted").mkdir(parents=True)
+    (sub_dir / ".triton" / "planted" / "kernel.cubin").write_bytes(b"\0")
+    (sub_dir / ".tmp" / "x.py").write_text("")
+    assert start.tree_changes(digests) == ["fast_path.py was added"]
+    (sub_dir / "fast_path.py").unlink()  # a grade stops at the finding; here timing goes on
     report = start.finish(gate_cache)
 
     assert report.status == "ok", f"{report.reason} | {report.telemetry.get('child_stderr_tail')}"
