@@ -608,6 +608,10 @@ def _warm_baselines(run: _Run) -> None:
     else:
         out.hold = (f"unheld: baselines {run.ready.get('hold_how')!r}, submission "
                     f"{hello.get('hold_how')!r}")
+    # Both children have mapped their pages by now: no path leads to them any more (another
+    # grade's submission on this host, the same user outside a container, cannot find them).
+    for path in run.page_paths:
+        path.unlink(missing_ok=True)
     # The sandbox counts the child's tasks and answers; only then may commands follow.
     sub.wait(ARM_EVENT, "warming up the timing child", 0.0)
     out.handshake_ms = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import secrets
 import time
 import types
@@ -174,6 +175,10 @@ class FakeChild:
         # A held step waiting for its release: its number, the messages then, its wall (ms).
         self._held: tuple[int, list[dict[str, Any]], float] | None = None
         self.released: list[int] = []  # the held steps released, in order
+        # Its hold page, mapped at its start as the real child maps it (the parent then removes
+        # the file).
+        with open(self.job["hold_path"], "r+b") as f:
+            self.page = mmap.mmap(f.fileno(), 4096)
         script.children[self.who] = self
         if self.who in script.silent:
             self._finish_as(script.silent[self.who])
@@ -271,7 +276,7 @@ class FakeChild:
 
     def page_value(self) -> int:
         """What the parent last wrote to this child's hold page."""
-        return int.from_bytes(Path(self.job["hold_path"]).read_bytes()[:4], "little")
+        return int.from_bytes(self.page[:4], "little")
 
     def stamped(self, message: dict[str, Any], after_ms: float) -> list[list[dict[str, Any]]]:
         """``message`` alone in a read, ``after_ms`` on the parent's clock after the command."""

@@ -300,14 +300,15 @@ def test_a_step_not_armed_in_time_is_released_and_its_round_runs_again(monkeypat
 
 
 def test_a_write_to_a_hold_page_is_tampering(monkeypatch, ws) -> None:
-    """Only the parent writes the pages: a page found holding another value (the submission
-    released its own step, or the baselines', early) ends the submission as tampered."""
+    """Only the parent writes the pages, and removes their files once both children have mapped
+    theirs: a page found holding another value (the submission released its own step, or the
+    baselines', early) ends the submission as tampered."""
 
     def write_page(who, command, script):
         if who == "submission" and command["cmd"] == "go" and command["block"] == "sub":
-            path = script.children["baselines"].job["hold_path"]
-            with open(path, "r+b") as f:
-                f.write((10**6).to_bytes(4, "little"))
+            # By whatever way it reached the mapping: the file is gone by now.
+            assert not Path(script.children["baselines"].job["hold_path"]).exists()
+            script.children["baselines"].page[:4] = (10**6).to_bytes(4, "little")
         return None
 
     install(monkeypatch, Script(held=True, hook=write_page))
