@@ -126,17 +126,26 @@ class Child:
             self.process.tamper(f"sent {event!r} that no command asked for")
             raise self.stop()
 
+    def send(self, command: dict[str, Any]) -> float:
+        """Write ``command``; the parent's clock just before it was written."""
+        line = json.dumps(command) + "\n"
+        start = time.perf_counter()
+        self.process.send(line)
+        return start
+
+    def spent_on(self, command: dict[str, Any], since: float) -> None:
+        """Count ``command`` as answered now, ``since`` its `send` (`spent`)."""
+        count_s = self.spent.setdefault(str(command.get("cmd")), [0, 0.0])
+        count_s[0] += 1
+        count_s[1] += time.perf_counter() - since
+
     def ask(self, command: dict[str, Any], expect: str, what: str,
             work_s: float = 0.0) -> tuple[dict[str, Any], float]:
         """Send ``command``; its answer and the parent's round trip in ms: from just before the
         command is written to when the answer's frame was read."""
-        line = json.dumps(command) + "\n"
-        start = time.perf_counter()
-        self.process.send(line)
+        start = self.send(command)
         message = self.wait(expect, what, work_s)
-        count_s = self.spent.setdefault(str(command.get("cmd")), [0, 0.0])
-        count_s[0] += 1
-        count_s[1] += time.perf_counter() - start
+        self.spent_on(command, start)
         return message, 1e3 * (float(message.get("_received", start)) - start)
 
     def stop(self) -> Stop:

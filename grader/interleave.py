@@ -29,7 +29,7 @@ alone) through one command at a time each, and measures every step by its own cl
    with every audit and at the same cadence in the alone rounds: what the harness costs a step
    is then the same for every block.
 
-**Held steps** (where both children could set up a hold: `grader.child.steps.Hold`): a step is
+**Held steps** (where both children could set up a hold: `grader.child.hold.Hold`): a step is
 enqueued whole behind a wait on the GPU and answered ``armed``; the parent then releases it by
 writing the step's number to that child's page, and times it from the release. The window then
 holds the GPU's work and not how fast a process's host enqueued it: on an H200 that host share
@@ -38,9 +38,9 @@ set the grade-to-grade spread of the score (bench/results/hold-h200-2026-12-02).
 submission's held step the baselines process overwrites the slab's inputs (``scrub``) and puts
 the round's values back only once the step is armed (``restore``, with the L2 flush): nothing
 the submission runs before the release sees the values. A step not armed within
-`HOLD_RELEASE_S` (it waits on the GPU inside its step, so it cannot be held) is released, its
-round dropped (a block's first step may be compiling), and the second time for one block and
-shape the run goes on unheld for every block.
+`HOLD_RELEASE_S` (it waits on the GPU inside its step, so it cannot be held) is released and its
+round runs again, and the second time for one block and shape the run goes on unheld for every
+block. A block's first steps on a shape are never held (CUDA loads its kernels then).
 
 Every step is timed by the parent (``wall_ms``: from ``go``, or from a held step's release, to
 ``done``): the child's CUDA-event window counts only where it agrees with that
@@ -52,17 +52,13 @@ out of order) ends the child as tampered.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import json
 import math
-import mmap
 import os
 import secrets
 import shutil
 import statistics
-import struct
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -71,7 +67,7 @@ from typing import Any
 
 from grader import census as census_rules
 from grader import telemetry
-from grader.child.hold import HOLD_BYTES, hold_value
+from grader.child.hold import HoldPage
 from grader.config import DeadlineRule, Profile, ScoringConfig
 from grader.conversation import Child, Stop
 from grader.orders import williams_orders
@@ -100,8 +96,6 @@ UTIL_KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
 # library's kernels synchronizes; or a submission that reads a value back). The host enqueues a
 # step in 2-3 ms on an H200's host (bench/step_anatomy.py).
 HOLD_RELEASE_S = 0.25
-# Where the hold pages live: the driver pins them, which it does for shared memory (tmpfs);
-# elsewhere the children may refuse and the run is unheld.
 SHM_DIR = Path("/dev/shm")
 
 
@@ -188,11 +182,8 @@ class _Run:
     block_dims: list[census_rules.BlockDims] = field(default_factory=list)
     ready: dict[str, Any] = field(default_factory=dict)  # the baselines process's ``ready``
     held: bool = False
-    # Per child ("baselines", "submission"): its hold page, mapped here, and the value the
-    # parent last wrote to it.
-    pages: dict[str, mmap.mmap] = field(default_factory=dict)
-    released: dict[str, int] = field(default_factory=dict)
-    page_paths: list[Path] = field(default_factory=list)
+    # Per child ("baselines", "submission"): its hold page.
+    pages: dict[str, HoldPage] = field(default_factory=dict)
     # Per (block, shape): its held steps released before they were armed.
     late: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
 
@@ -201,27 +192,24 @@ class _Run:
         must still hold what the parent wrote last: a child that writes a page (its own, or the
         other's, found in /dev/shm) to run before its release has tampered."""
         page = self.pages[child.who]
-        now = hold_value(page)
-        if now != self.released[child.who]:
+        if page.value != page.written:
             # Only the parent writes the pages, and the baselines process is trusted.
-            self.sub.process.tamper(f"the {child.who} process's hold page holds {now}, not "
-                                    f"{self.released[child.who]} as the parent wrote it")
+            self.sub.process.tamper(f"the {child.who} process's hold page holds {page.value}, "
+                                    f"not {page.written} as the parent wrote it")
             raise self.sub.stop()
-        struct.pack_into("<I", page, 0, step)
-        self.released[child.who] = step
+        page.write(step)
 
     def step(self, child: Child, command: dict[str, Any], what: str, work: float,
-             index: int, hold: bool = True) -> tuple[dict[str, Any], float, bool]:
-        """One step: its ``done`` answer, the parent's wall in ms, and whether it was held
-        throughout (False for a held step that was released before it was armed)."""
-        if not (self.held and hold):
+             index: int, held: bool) -> tuple[dict[str, Any], float, bool]:
+        """One step, ``held`` or not: its ``done`` answer, the parent's wall in ms, and whether a
+        held step was armed before its release (False: `HOLD_RELEASE_S` ran out first)."""
+        if not held:
             message, wall = child.ask(command, "done", what, work)
-            return message, wall, False
+            return message, wall, True
         step = int(command["step"])
         if child is self.sub:
             self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed", f"{what}: scrub", work)
-        sent = time.perf_counter()
-        child.process.send(json.dumps(command | {"held": True}) + "\n")
+        sent = child.send(command | {"held": True})
         early: list[float] = []
 
         def late() -> None:
@@ -239,10 +227,8 @@ class _Run:
         if not early:
             self.release(child, step)
         message = child.wait("done", what, work)
+        child.spent_on(command, sent)
         wall = 1e3 * (float(message.get("_received", start)) - (early[0] if early else start))
-        count_s = child.spent.setdefault("go", [0, 0.0])
-        count_s[0] += 1
-        count_s[1] += time.perf_counter() - sent
         return message, wall, not early
 
     def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
@@ -261,6 +247,7 @@ class _Run:
         self.base.ask({"cmd": "fill", "shape": index, "seed": secrets.randbits(63)}, "filled",
                       f"drawing the values of {label}", work)
         samples: list[tuple[str, float, float, float]] = []
+        held = self.held and hold
         for name in order:
             child = self.sub if name in ("sub", "cal") else self.base
             # The L2 is flushed by the *other* process: every step then begins with the GPU
@@ -270,7 +257,7 @@ class _Run:
             # only warms the baselines' steps. A held step of the submission's process is
             # flushed by the baselines' ``restore``, after its values are back.
             flusher = self.base if child is self.sub else self.sub
-            if not (self.held and hold and child is self.sub):
+            if not (held and child is self.sub):
                 flusher.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
             self.steps += 1
             command = {"cmd": "go", "shape": index, "block": name, "step": self.steps}
@@ -280,15 +267,15 @@ class _Run:
             elif name == "cal":
                 command["label"] = f"calibration:{label}"
                 self.harness_steps.add(f"step:calibration:{label}#{self.steps}")
-            message, wall, whole = self.step(child, command, f"a step of {name} in {label}",
-                                             work, index, hold)
+            message, wall, armed = self.step(child, command, f"a step of {name} in {label}",
+                                             work, index, held)
             if message.get("step") != self.steps:
                 # A done that answers another step (one sent early, or a stale one) is the
                 # harness's clock no longer being the step's.
                 child.process.tamper(f"answered step {message.get('step')!r} to step "
                                      f"{self.steps}")
                 raise child.stop()
-            if self.held and hold and not whole:
+            if not armed:
                 # Released before it was armed: its host took over `HOLD_RELEASE_S` to enqueue
                 # it, compiling or loading its kernels (a block's first step) or waiting on the
                 # GPU inside its step (the GPU waited for the release). A submission's step
@@ -364,7 +351,7 @@ class _Run:
         steps since the last audit, so a census of one at least must have come."""
         # Both processes restart their profilers at once: the restart costs each of them
         # (stopping CUPTI, building the trace), and nothing is timed meanwhile.
-        self.base.process.send(json.dumps({"cmd": "collect"}) + "\n")
+        self.base.send({"cmd": "collect"})
         message, _ = self.sub.ask({"cmd": "audit", "label": label}, "audited",
                                   f"auditing after {label}")
         self.base.wait("collected", f"the census after {label}", 0.0)
@@ -488,10 +475,13 @@ def start_interleaved(
     }
     if device == "cpu":
         job["slab_path"] = str(workdir / "slab")
-    pages = {who: _hold_page(workdir) for who in ("baselines", "submission")}
+    # The driver pins the pages, which it does for shared memory (tmpfs): in /dev/shm where it
+    # can be written, else in ``workdir`` (where a child may refuse it; the run is then unheld).
+    where = SHM_DIR if SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK) else workdir
+    pages = {who: HoldPage.create(where) for who in ("baselines", "submission")}
     sub_job = {k: job[k] for k in ("device", "block", "shapes")}
-    job["hold_path"], sub_job["hold_path"] = (str(pages[w][0]) for w in ("baselines",
-                                                                        "submission"))
+    job["hold_path"] = str(pages["baselines"].path)
+    sub_job["hold_path"] = str(pages["submission"].path)
     (workdir / "baselines.json").write_text(json.dumps(job))
     (workdir / "submission.json").write_text(json.dumps(sub_job))
     limits = ChildLimits.from_phase(config.limits.timing)
@@ -504,9 +494,7 @@ def start_interleaved(
                  rule, trusted=False)
     run = _Run(config, profile, plain_s, base, sub, out, progress, uuid, slack, census,
                device)
-    run.pages = {who: page for who, (_, page) in pages.items()}
-    run.released = {who: 0 for who in pages}
-    run.page_paths = [path for path, _ in pages.values()]
+    run.pages = pages
     run.block_dims = [census_rules.BlockDims(s.batch, s.length, config.block.channels,
                                              config.block.expansion) for s in shapes]
     sub.on_census = run.judge_census
@@ -549,28 +537,12 @@ def _end(run: _Run) -> None:
     if out.submission is not None:
         return
     for child in (run.sub, run.base):
-        child.process.send(json.dumps({"cmd": "end"}) + "\n")
+        child.send({"cmd": "end"})
     out.submission = _finish(run.sub.process)
     out.baselines = _finish(run.base.process)
     out.command_s = {child.who: child.spent for child in (run.base, run.sub)}
     for page in run.pages.values():
-        with contextlib.suppress(BufferError, ValueError):
-            page.close()
-    for path in run.page_paths:
-        path.unlink(missing_ok=True)
-
-
-def _hold_page(workdir: Path) -> tuple[Path, mmap.mmap]:
-    """A new hold page (zeros) and the parent's mapping of it: in /dev/shm where it can be
-    written (the driver pins shared memory), else in ``workdir``."""
-    where = SHM_DIR if SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK) else workdir
-    fd, name = tempfile.mkstemp(prefix="grader-hold-", dir=where)
-    try:
-        os.write(fd, bytes(HOLD_BYTES))
-        page = mmap.mmap(fd, HOLD_BYTES)
-    finally:
-        os.close(fd)
-    return Path(name), page
+        page.close()
 
 
 def _finish(process: ChildProcess, grace_s: float = 10.0) -> ChildResult:
@@ -610,8 +582,8 @@ def _warm_baselines(run: _Run) -> None:
                     f"{hello.get('hold_how')!r}")
     # Both children have mapped their pages by now: no path leads to them any more (another
     # grade's submission on this host, the same user outside a container, cannot find them).
-    for path in run.page_paths:
-        path.unlink(missing_ok=True)
+    for page in run.pages.values():
+        page.path.unlink(missing_ok=True)
     # The sandbox counts the child's tasks and answers; only then may commands follow.
     sub.wait(ARM_EVENT, "warming up the timing child", 0.0)
     out.handshake_ms = {

@@ -211,8 +211,7 @@ def main() -> int:
                             hold=hold if command.get("held") else None, step=number,
                             armed=lambda number=number: channel.send("armed", step=number))
             guard.findings.clear()  # unread here; kept from growing
-            channel.send("done", step=command["step"], window_ms=step.window_ms,
-                         tail_ms=step.tail_ms)
+            channel.send("done", step=number, window_ms=step.window_ms, tail_ms=step.tail_ms)
         elif cmd == "check":
             st = shapes[command["shape"]]
             channel.send("checked", **st.check(budgets[st.spec["dtype"]], bool(command["sub"]),

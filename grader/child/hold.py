@@ -8,12 +8,15 @@ the same protocol in a CPU dry run.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
 import struct
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 # The hold's page: the parent writes the number of the step it releases at offset 0 (uint32).
@@ -25,6 +28,48 @@ _CU_STREAM_WAIT_VALUE_GEQ = 0x0
 def hold_value(page: Any) -> int:
     """The step number the hold's page holds."""
     return int(struct.unpack_from("<I", page, 0)[0])
+
+
+def _map(path: str) -> mmap.mmap:
+    """The page at ``path``, mapped shared (the file's descriptor is not kept)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, HOLD_BYTES)
+    finally:
+        os.close(fd)
+
+
+class HoldPage:
+    """The parent's side of one child's page: a new file of zeros, mapped here; the parent alone
+    writes it (`write`), and `value` must still be what it `written` last."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.page = _map(str(path))
+        self.written = 0
+
+    @classmethod
+    def create(cls, directory: Path) -> HoldPage:
+        fd, name = tempfile.mkstemp(prefix="grader-hold-", dir=directory)
+        try:
+            os.write(fd, bytes(HOLD_BYTES))
+        finally:
+            os.close(fd)
+        return cls(Path(name))
+
+    @property
+    def value(self) -> int:
+        return hold_value(self.page)
+
+    def write(self, step: int) -> None:
+        struct.pack_into("<I", self.page, 0, step)
+        self.written = step
+
+    def close(self) -> None:
+        """Unmap it and remove its file (idempotent)."""
+        with contextlib.suppress(BufferError, ValueError):
+            self.page.close()
+        self.path.unlink(missing_ok=True)
 
 
 class Hold:
@@ -51,11 +96,7 @@ class Hold:
         """The hold on ``path``, or None and why (no CUDA driver entry points, registration
         refused, stream memory operations unsupported): the parent then times unheld."""
         try:
-            fd = os.open(path, os.O_RDWR)
-            try:
-                page = mmap.mmap(fd, HOLD_BYTES)
-            finally:
-                os.close(fd)
+            page = _map(path)
             lib = ctypes.CDLL("libcuda.so.1")
             register = lib.cuMemHostRegister_v2
             register.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
@@ -107,11 +148,7 @@ class HostHold:
     @classmethod
     def open(cls, path: str) -> tuple[HostHold | None, str]:
         try:
-            fd = os.open(path, os.O_RDWR)
-            try:
-                return cls(mmap.mmap(fd, HOLD_BYTES)), "held (host)"
-            finally:
-                os.close(fd)
+            return cls(_map(path)), "held (host)"
         except (OSError, ValueError) as exc:
             return None, f"no hold: {exc!r}"
 
@@ -133,4 +170,4 @@ def open_hold(torch: Any, job: dict[str, Any]) -> tuple[Hold | HostHold | None, 
     return HostHold.open(str(path))
 
 
-__all__ = ["HOLD_BYTES", "Hold", "HostHold", "hold_value", "open_hold"]
+__all__ = ["HOLD_BYTES", "Hold", "HoldPage", "HostHold", "hold_value", "open_hold"]
