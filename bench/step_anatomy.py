@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -41,6 +42,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench.process_variance import parse_label  # noqa: E402
 from grader.child.census import Census  # noqa: E402
 from grader.child.steps import (  # noqa: E402
     PARAM_KEYS,
@@ -50,20 +52,16 @@ from grader.child.steps import (  # noqa: E402
     init_bounds,
     watched,
 )
+from grader.config import load_config  # noqa: E402
 from reference.block import DilatedResidualBlock as RefBlock  # noqa: E402
 from task.model import DilatedResidualBlock as PlainBlock  # noqa: E402
 
-BLOCK = {"channels": 128, "expansion": 2, "eps": 1e-5, "residual_scale": 0.5}
+# The task's block, as scoring.yaml gives it.
+BLOCK = dataclasses.asdict(load_config().block)
 SHAPES = ("float32:64x8192:d512", "float32:64x8192:d1", "bfloat16:256x8192:d1")
 # GPU cycles the held mode keeps the device busy before the window opens: ~40 ms at 2 GHz,
 # longer than any step's host side here (checked: `host` < hold, else the row says so).
 HOLD_CYCLES = 80_000_000
-
-
-def parse(label: str) -> tuple[str, int, int, int]:
-    dtype, dims, dil = label.split(":")
-    b, length = dims.split("x")
-    return dtype, int(b), int(length), int(dil[1:])
 
 
 def quart(values: list[float]) -> dict[str, float]:
@@ -74,7 +72,9 @@ def quart(values: list[float]) -> dict[str, float]:
 
 class Stepper:
     def __init__(self, label: str) -> None:
-        dtype, batch, length, dilation = parse(label)
+        spec = parse_label(label)
+        dtype, batch, length, dilation = (spec[k] for k in ("dtype", "batch", "length",
+                                                             "dilation"))
         self.dtype = getattr(torch, dtype)
         c = BLOCK["channels"]
         h = BLOCK["expansion"] * c
