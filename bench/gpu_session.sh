@@ -30,6 +30,13 @@
 #                                           #   beside it, then the gate and timing corpora
 #   GRADES=3 bash bench/gpu_session.sh grades  # ~7 min: whole grades of the reference, their spread
 #   PAIRS=2 bash bench/gpu_session.sh ab    # ~9 min: sequential and --overlap grades alternated
+#   bash bench/gpu_session.sh held-close    # ~9.5 min: a whole grade and five timing phases
+#                                           #   (issue 13, held steps)
+#   bash bench/gpu_session.sh held-corpus   # ~9.5 min: the timing corpus, then the gate corpus
+#   bash bench/gpu_session.sh held-ab       # ~6 min: the hold-page corpus entries, a sequential
+#                                           #   and an --overlap grade of the reference
+#   bash bench/gpu_session.sh tail          # ~5 min: a step's tail under the default and a
+#                                           #   spinning host wait, one timing phase's tails
 #
 # The first six take ~33 device-minutes with starts; a 30-minute session runs the ones its change needs.
 #
@@ -41,7 +48,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|held-close|held-corpus|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -52,6 +59,7 @@ versions() {
 }
 
 # One pytest run, its log under $OUT, its closing line echoed with the wall time.
+# A pytest run under a time limit; -q is set, so ask for per-test lines with -rA, not -v.
 suite() {
     local name=$1 limit=$2
     shift 2
@@ -249,6 +257,56 @@ trust-close)
     grep -E "(PASSED|FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
     echo "phase done at $(elapsed)s" | tee -a "$OUT/summary.txt"
     tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
+    ;;
+held-close)
+    # Issue 13 on the held tree (first steps unheld, pages unlinked): one whole grade of the
+    # reference-as-submission and five timing phases (the five grades' spread, the reference
+    # inside its interval, a grade's wall time). 440 s cut the fifth phase on 2026-12-03.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 570 python3 bench/reproducibility.py --profile h200 --runs 5 --grade --out "$OUT" \
+        > "$OUT/repro-h200.log" 2>&1
+    echo "one grade + 5 timing phases, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    ;;
+held-corpus)
+    # Issue 13 on the held tree: the timing corpus alone on the GPU (240 s ran 19 of 24 on
+    # 2026-12-03), then the whole gate corpus 4 at a time (210 s ran 42 of 45).
+    versions > "$OUT/summary.txt" 2>&1
+    suite timing-corpus 300 -rA tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    suite gate-corpus $(( 580 - $(elapsed) )) -rA -n 4 tests/test_grader_gpu.py \
+        | tee -a "$OUT/summary.txt"
+    grep -hE "(PASSED|FAILED|ERROR)" "$OUT"/*-corpus.log | cut -c1-300 | tee -a "$OUT/summary.txt"
+    ;;
+held-ab)
+    # Issue 13: the hold-page entries of the timing corpus, then one whole grade of the
+    # reference sequential and one with the timing started beside the gate (--overlap): their
+    # scores side by side and whether a grade fits in 150 s.
+    versions > "$OUT/summary.txt" 2>&1
+    reference_ws
+    suite timing-corpus-hold 150 -rA tests/test_timing_gpu.py -k "hold_page or before_release" \
+        | tee -a "$OUT/summary.txt"
+    grep -hE "(PASSED|FAILED|ERROR|^E )" "$OUT/timing-corpus-hold.log" | cut -c1-400 \
+        | tee -a "$OUT/summary.txt"
+    LIMIT=200 phased ab-sequential "$ref" | tee -a "$OUT/summary.txt"
+    LIMIT=$(( 575 - $(elapsed) )) phased ab-overlap "$ref" --overlap | tee -a "$OUT/summary.txt"
+    ;;
+tail)
+    # Issue 13: does a spinning host take the tail (the host noticing the device idle, inside
+    # every window) out of a step? One process, held and unheld steps, the default scheduling
+    # against a spinning one (bench/step_anatomy.py), then one timing phase whose report keeps
+    # every block's tails, counted three ways (bench/tail_estimators.py).
+    versions > "$OUT/summary.txt" 2>&1
+    for sched in auto spin; do
+        timeout 170 python3 bench/step_anatomy.py --rounds 20 --sched "$sched" --out "$OUT" \
+            > "$OUT/anatomy-$sched.log" 2>&1
+        echo "step anatomy, sched $sched: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+        grep -E "^census\+guard" "$OUT/anatomy-$sched.log" | cut -c1-400 | tee -a "$OUT/summary.txt"
+    done
+    timeout $(( 560 - $(elapsed) )) python3 bench/reproducibility.py --profile h200 --runs 1 \
+        --out "$OUT" > "$OUT/repro-tail.log" 2>&1
+    echo "one timing phase: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    python3 bench/tail_estimators.py "$OUT"/reproducibility-*.json | tail -n 16 \
+        | tee -a "$OUT/summary.txt"
     ;;
 timing-l4)
     versions > "$OUT/summary.txt" 2>&1

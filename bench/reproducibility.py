@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
@@ -57,6 +59,13 @@ def expected_score(report: TimingReport, config) -> float:
     return num / den
 
 
+def tail_difference_us(samples) -> float | None:
+    """Median submission tail less median reference tail, µs (None where not kept)."""
+    if samples is None or not samples.sub_tail_ms:
+        return None
+    return 1e3 * float(np.median(samples.sub_tail_ms) - np.median(samples.ref_tail_ms))
+
+
 def summarize(runs: list[TimingReport], config) -> dict:
     ok = [r for r in runs if r.status == "ok"]
     out: dict = {"runs": len(runs), "ok_runs": len(ok), "wall_s": [r.wall_s for r in runs],
@@ -79,6 +88,12 @@ def summarize(runs: list[TimingReport], config) -> dict:
             "g_max_rel_dev": stats.relative_spread(gs),
             "r_ci_rel_width": [(r.shapes[i].r_ci[1] - r.shapes[i].r_ci[0]) / r.shapes[i].r
                                for r in ok],
+            # The reference in the submission's process against itself in the baselines':
+            # how much of the difference of their steps is the tail (the host's way back from
+            # its synchronization, inside the window) rather than the GPU's work.
+            "sub_minus_ref_us": [1e3 * (r.shapes[i].t_sub_ms - r.shapes[i].t_ref_ms)
+                                 for r in ok],
+            "tail_sub_minus_ref_us": [tail_difference_us(r.shapes[i].samples) for r in ok],
         }
     out["shapes"] = shapes
     out["r_max_rel_dev"] = max(v["r_max_rel_dev"] for v in shapes.values())
@@ -114,6 +129,15 @@ def markdown(summary: dict, meta: dict) -> str:
             lines.append(f"| {label} | {', '.join(f'{x:.3f}' for x in v['r'])} | "
                          f"{v['r_max_rel_dev']:.4f} | {', '.join(f'{x:.3f}' for x in v['g'])} | "
                          f"{max(v['r_ci_rel_width']):.3f} |")
+        lines += ["", "Where the reference's two copies differ: median step of the submission's "
+                  "process less the baselines' (t_sub − t_ref), and the same for the tail "
+                  "(step returned → device idle, inside the window), µs per run.", "",
+                  "| shape | t_sub − t_ref | tail_sub − tail_ref |", "| --- | --- | --- |"]
+        for label, v in summary["shapes"].items():
+            tails = ", ".join("–" if x is None else f"{x:+.1f}"
+                              for x in v["tail_sub_minus_ref_us"])
+            lines.append(f"| {label} | {', '.join(f'{x:+.1f}' for x in v['sub_minus_ref_us'])} "
+                         f"| {tails} |")
         lines += ["", "Reference against itself: expected score = weighted ln g / ln(1.1 g).", ""]
         for c in summary["reference_expectation"]:
             lines.append(f"- score {c['score']:.4f}, CI [{c['ci'][0]:.4f}, {c['ci'][1]:.4f}], "

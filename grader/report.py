@@ -191,16 +191,26 @@ class ShapeSamples:
     Attributes:
         plain_ms, ref_ms, sub_ms: Per timed round, each block's window (start → device idle).
         visit: Per timed round, the visit it was timed in (rounds of one visit are consecutive).
+        plain_tail_ms, ref_tail_ms, sub_tail_ms: Per timed round, each block's tail (the step
+            returned on the caller's stream → device idle): the part of the window that holds
+            the host's way back from its synchronization, not only the GPU's work (empty in
+            reports written before they were kept).
     """
 
     plain_ms: tuple[float, ...]
     ref_ms: tuple[float, ...]
     sub_ms: tuple[float, ...]
     visit: tuple[int, ...]
+    plain_tail_ms: tuple[float, ...] = ()
+    ref_tail_ms: tuple[float, ...] = ()
+    sub_tail_ms: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        counts = {name: len(getattr(self, name)) for name in ("plain_ms", "ref_ms", "sub_ms",
-                                                               "visit")}
+        names = ["plain_ms", "ref_ms", "sub_ms", "visit"]
+        tails = ("plain_tail_ms", "ref_tail_ms", "sub_tail_ms")
+        if any(getattr(self, name) for name in tails):
+            names += tails
+        counts = {name: len(getattr(self, name)) for name in names}
         if len(set(counts.values())) != 1:
             raise ValueError(f"samples of one shape must have one entry per round each, got "
                              f"{counts}")

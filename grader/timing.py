@@ -331,7 +331,9 @@ def analyze_shape(
     samples = ShapeSamples(plain_ms=tuple(times["plain"].tolist()),
                            ref_ms=tuple(times["ref"].tolist()),
                            sub_ms=tuple(times["sub"].tolist()),
-                           visit=tuple(stats.visits_of(rounds, VISIT_ROUNDS).tolist()))
+                           visit=tuple(stats.visits_of(rounds, VISIT_ROUNDS).tolist()),
+                           **{f"{n}_tail_ms": tuple(float(t) for t in raw.tail_ms[n])
+                              for n in BLOCKS})
     alone_medians = {n: float(np.median(alone[n])) for n in BASELINES}
     values = dict(t_plain_ms=medians["plain"], t_ref_ms=medians["ref"], t_sub_ms=medians["sub"],
                   samples=samples, t_plain_alone_ms=alone_medians["plain"],

@@ -193,11 +193,19 @@ def test_visit_intervals_widen_with_visit_states_and_estimates_stay() -> None:
 
 def test_the_report_row_carries_samples_and_visits() -> None:
     raw = raw_with_states(np.zeros(10))
+    for k, name in enumerate(("plain", "ref", "sub")):
+        raw.tail_ms[name] = [0.01 * (k + 1) + 1e-4 * i for i in range(60)]
     s = verdict(raw).timing.samples
     assert s is not None
     assert list(s.sub_ms) == raw.window_ms["sub"] and s.visit == tuple(np.arange(60) // 6)
+    # Each block's tails, round by round: how much of each window is the host's way back.
+    for name in ("plain", "ref", "sub"):
+        assert list(getattr(s, f"{name}_tail_ms")) == raw.tail_ms[name]
     with pytest.raises(ValueError, match="one entry per round"):
         ShapeSamples(plain_ms=(1.0,), ref_ms=(1.0,), sub_ms=(1.0, 2.0), visit=(0,))
+    with pytest.raises(ValueError, match="'sub_tail_ms': 0"):
+        ShapeSamples(plain_ms=(1.0,), ref_ms=(1.0,), sub_ms=(1.0,), visit=(0,),
+                     plain_tail_ms=(0.1,), ref_tail_ms=(0.1,))
 
 
 def test_a_report_with_samples_round_trips_through_json() -> None:
@@ -213,6 +221,11 @@ def test_a_report_with_samples_round_trips_through_json() -> None:
     old = _to_jsonable(report)
     del old["shapes"][0]["samples"]
     assert _from_jsonable(TimingReport, old).shapes[0].samples is None
+    # ... and so do those written before the tails were kept in them.
+    old = _to_jsonable(report)
+    for name in ("plain", "ref", "sub"):
+        del old["shapes"][0]["samples"][f"{name}_tail_ms"]
+    assert _from_jsonable(TimingReport, old).shapes[0].samples.sub_tail_ms == ()
 
 
 # ------------------------------------------------------------------ coverage

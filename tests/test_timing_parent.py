@@ -317,6 +317,38 @@ def test_a_write_to_a_hold_page_is_tampering(monkeypatch, ws) -> None:
                   "the baselines process's hold page holds 1000000")
 
 
+@pytest.mark.parametrize(
+    ("who", "block", "status", "reason"),
+    [
+        ("submission", "sub", "rule_broken", "channel-tampering: the timing child armed step "),
+        ("baselines", "ref", "grader_error", "armed step "),
+    ],
+)
+def test_armed_for_another_step_ends_the_child(monkeypatch, ws, who, block, status,
+                                               reason) -> None:
+    """``armed`` must name the held step it answers: one for a later step (armed ahead, or a
+    stale one) would have the parent release a step it did not mean to."""
+    seen: list[int] = []
+
+    def ahead(w, command, script):
+        if (w != who or command["cmd"] != "go" or command.get("block") != block
+                or not command.get("held") or seen):
+            return None
+        seen.append(command["step"])
+        child = script.children[who]
+        answer = child._answer(command)  # the default, then its ``armed`` one step ahead
+        for messages in answer:
+            for m in messages:
+                if m.get("event") == "armed":
+                    m["step"] = command["step"] + 1
+        return answer
+
+    install(monkeypatch, Script(held=True, hook=ahead))
+    report = run(ws)
+    assert seen, "no held step was sent"
+    assert_failed(report, status, f"{reason}{seen[0] + 1} for step {seen[0]}")
+
+
 def test_unheld_where_a_child_cannot_hold(monkeypatch, ws) -> None:
     script = install(monkeypatch)
     report = run(ws)
