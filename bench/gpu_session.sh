@@ -35,8 +35,8 @@
 #   bash bench/gpu_session.sh held-corpus   # ~9.5 min: the timing corpus, then the gate corpus
 #   bash bench/gpu_session.sh held-ab       # ~6 min: the hold-page corpus entries, a sequential
 #                                           #   and an --overlap grade of the reference
-#   bash bench/gpu_session.sh tail          # ~5 min: a step's tail under the default and a
-#                                           #   spinning host wait, one timing phase's tails
+#   bash bench/gpu_session.sh tail          # ~8 min: a step's tail under the default and a
+#                                           #   spinning host wait, in one process and in timing
 #
 # The first six take ~33 device-minutes with starts; a 30-minute session runs the ones its change needs.
 #
@@ -293,8 +293,7 @@ held-ab)
 tail)
     # Issue 13: does a spinning host take the tail (the host noticing the device idle, inside
     # every window) out of a step? One process, held and unheld steps, the default scheduling
-    # against a spinning one (bench/step_anatomy.py), then one timing phase whose report keeps
-    # every block's tails, counted three ways (bench/tail_estimators.py).
+    # against a spinning one (bench/step_anatomy.py, ~60 s each).
     versions > "$OUT/summary.txt" 2>&1
     for sched in auto spin; do
         timeout 170 python3 bench/step_anatomy.py --rounds 20 --sched "$sched" --out "$OUT" \
@@ -302,10 +301,17 @@ tail)
         echo "step anatomy, sched $sched: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
         grep -E "^census\+guard" "$OUT/anatomy-$sched.log" | cut -c1-400 | tee -a "$OUT/summary.txt"
     done
-    timeout $(( 560 - $(elapsed) )) python3 bench/reproducibility.py --profile h200 --runs 1 \
-        --out "$OUT" > "$OUT/repro-tail.log" 2>&1
-    echo "one timing phase: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
-    python3 bench/tail_estimators.py "$OUT"/reproducibility-*.json | tail -n 16 \
+    # Then one timing phase with both children spinning and one as the driver decides, in the
+    # time left (~90 s each), their tails counted three ways.
+    for wait in spin auto; do
+        timeout $(( 560 - $(elapsed) )) python3 bench/reproducibility.py --profile h200 \
+            --runs 1 --host-wait "$wait" --out "$OUT" > "$OUT/repro-$wait.log" 2>&1
+        echo "one timing phase, host wait $wait: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+        grep -E "^run " "$OUT/repro-$wait.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    done
+    python3 bench/tail_estimators.py "$OUT"/reproducibility-*.json | grep -E "^(## |\| (window|returned))" \
+        | tee -a "$OUT/summary.txt"
+    suite spin-test $(( 575 - $(elapsed) )) -rA tests/test_timing_gpu.py -k spin_when_asked \
         | tee -a "$OUT/summary.txt"
     ;;
 timing-l4)

@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from timing_workspace import REFERENCE_SOLUTION, make_workspace  # noqa: E402
 
 from grader import stats, telemetry  # noqa: E402
+from grader.child.hold import HOST_WAITS  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from grader.plot import MISSING_MATPLOTLIB, plot_speedups  # noqa: E402
 from grader.report import (  # noqa: E402
@@ -110,7 +111,8 @@ def markdown(summary: dict, meta: dict) -> str:
     lines = [f"# Reproducibility: reference as submission, profile {meta['profile']}", "",
              f"- date: {meta['date']}", f"- GPU: {meta['gpu']} (driver {meta['driver']})",
              f"- torch {meta['torch']}, triton {meta['triton']}, python {meta['python']}",
-             f"- command: `{meta['command']}`", ""]
+             f"- command: `{meta['command']}`",
+             f"- timing children's host wait: {meta.get('host_wait', 'auto')}", ""]
     if meta.get("grade_wall_s") is not None:
         lines.append(f"- whole grade (export + gate + timing, cold caches): "
                      f"{meta['grade_wall_s']:.1f} s, status {meta['grade_status']}, "
@@ -146,12 +148,19 @@ def markdown(summary: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def results_stem(out: Path, meta: dict, gpu_name: str | None) -> Path:
+    """Where a run's files go, less their suffix: one name per GPU, profile, host wait, day."""
+    gpu = (gpu_name or "nogpu").replace("NVIDIA ", "").replace(" ", "-")
+    wait = meta.get("host_wait", "auto")
+    return out / (f"reproducibility-{gpu}-{meta['profile']}"
+                  f"{'' if wait == 'auto' else '-' + wait}-{meta['date'][:10]}")
+
+
 def write_results(out: Path, meta: dict, runs: list[TimingReport], config,
                   gpu_name: str | None) -> dict:
     """Write the JSON and markdown of the runs so far; return the summary."""
     summary = summarize(runs, config)
-    gpu = (gpu_name or "nogpu").replace("NVIDIA ", "").replace(" ", "-")
-    stem = out / f"reproducibility-{gpu}-{meta['profile']}-{meta['date'][:10]}"
+    stem = results_stem(out, meta, gpu_name)
     stem.with_suffix(".json").write_text(json.dumps(
         {"meta": meta, "summary": summary, "reports": [_to_jsonable(r) for r in runs]},
         indent=1, default=str, allow_nan=True) + "\n")
@@ -165,6 +174,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--grade", action="store_true", help="also one whole grade first")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--host-wait", choices=tuple(HOST_WAITS), default="auto",
+                        help="how both timing children's hosts wait for the device (the timing "
+                             "phases only; a grade's children wait as the driver decides)")
     args = parser.parse_args()
     config = load_config()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -174,7 +186,7 @@ def main() -> int:
         "gpu": device.name, "driver": device.driver, "uuid": device.uuid,
         "torch": device.torch_version, "triton": device.triton_version,
         "python": platform.python_version(), "profile": args.profile,
-        "command": " ".join(["python", *sys.argv]),
+        "command": " ".join(["python", *sys.argv]), "host_wait": args.host_wait,
     }
     runs: list[TimingReport] = []
     with tempfile.TemporaryDirectory(prefix="repro-") as tmp:
@@ -193,15 +205,16 @@ def main() -> int:
                   f"score {report.score} {'; '.join(report.reasons)[:600]}", flush=True)
         cache = tmp_path / "triton-cache"
         for i in range(args.runs):
-            report = run_timing(ws, config, profile=args.profile, triton_cache=cache)
+            report = run_timing(ws, config, profile=args.profile, triton_cache=cache,
+                                host_wait=args.host_wait)
             runs.append(report)
             print(f"run {i + 1}/{args.runs}: {report.status} score {report.score:.4f} "
-                  f"{report.score_ci} wall {report.wall_s:.1f} s {report.reason}", flush=True)
+                  f"{report.score_ci} wall {report.wall_s:.1f} s host wait "
+                  f"{report.telemetry.get('host_wait')} {report.reason}", flush=True)
             # Written after every run: a run cut short by a time limit keeps what it measured.
             summary = write_results(args.out, meta, runs, config, device.name)
     summary = write_results(args.out, meta, runs, config, device.name)
-    gpu = (device.name or "nogpu").replace("NVIDIA ", "").replace(" ", "-")
-    stem = args.out / f"reproducibility-{gpu}-{args.profile}-{meta['date'][:10]}"
+    stem = results_stem(args.out, meta, device.name)
     if runs:
         (args.out / f"{stem.name}-table.txt").write_text(render_timing(runs[-1]) + "\n")
         if plot_speedups(runs[-1], args.out / f"{stem.name}.png", config.score) is None:

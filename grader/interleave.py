@@ -67,7 +67,7 @@ from typing import Any
 
 from grader import census as census_rules
 from grader import telemetry
-from grader.child.hold import HoldPage
+from grader.child.hold import HOST_WAITS, HoldPage
 from grader.config import DeadlineRule, Profile, ScoringConfig
 from grader.conversation import Child, Stop
 from grader.orders import williams_orders
@@ -143,6 +143,8 @@ class Interleaved:
         command_s: Per process and command: [how many, the parent's seconds waiting on them].
         load_s: Seconds the submission's import took.
         hold: How the steps were timed: ``held``, or ``unheld: <why>``.
+        host_wait: Per process, how its host waits for the device in a synchronization
+            (`grader.child.hold.set_host_wait`: the wait asked for, or ``auto: <why not>``).
     """
 
     shapes: list[ShapeRaw]
@@ -157,6 +159,7 @@ class Interleaved:
     command_s: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     load_s: float | None = None
     hold: str = "unheld: not started"
+    host_wait: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -437,6 +440,7 @@ def start_interleaved(
     python: str,
     progress: Callable[[str], None],
     uuid: str | None = None,
+    host_wait: str = "auto",
 ) -> Started:
     """Start both timing children and warm the baselines up (the module docstring's step 1 and
     the start of step 2): nothing here runs or times submission code, so it may run while the
@@ -458,7 +462,11 @@ def start_interleaved(
         python: The children's interpreter.
         progress: Called with a line of progress.
         uuid: The GPU's UUID for telemetry snapshots.
+        host_wait: How both children's hosts wait for the device (`grader.child.hold.HOST_WAITS`;
+            the same for both, so what it costs a window is the same for every block).
     """
+    if host_wait not in HOST_WAITS:
+        raise ValueError(f"host wait {host_wait!r} is not one of {sorted(HOST_WAITS)}")
     shapes = profile.shapes
     out = Interleaved(shapes=[ShapeRaw() for _ in shapes])
     base_dir, sub_dir = workdir / "baselines", workdir / "submission"
@@ -472,6 +480,7 @@ def start_interleaved(
         "budgets": {name: {"forward_atol": b.forward_atol, "forward_rtol": b.forward_rtol,
                            "grad_rel": b.grad_rel} for name, b in config.budgets.items()},
         "reference_module": reference_module,
+        "host_wait": host_wait,
     }
     if device == "cpu":
         job["slab_path"] = str(workdir / "slab")
@@ -479,7 +488,7 @@ def start_interleaved(
     # can be written, else in ``workdir`` (where a child may refuse it; the run is then unheld).
     where = SHM_DIR if SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK) else workdir
     pages = {who: HoldPage.create(where) for who in ("baselines", "submission")}
-    sub_job = {k: job[k] for k in ("device", "block", "shapes")}
+    sub_job = {k: job[k] for k in ("device", "block", "shapes", "host_wait")}
     job["hold_path"] = str(pages["baselines"].path)
     sub_job["hold_path"] = str(pages["submission"].path)
     (workdir / "baselines.json").write_text(json.dumps(job))
@@ -573,6 +582,8 @@ def _warm_baselines(run: _Run) -> None:
     run.ready = base.wait("ready", "starting the baselines process", 0.0)
     out.device = dict(run.ready.get("device") or {})
     hello = sub.wait("hello", "starting the timing child", 0.0)
+    out.host_wait = {"baselines": str(run.ready.get("host_wait")),
+                     "submission": str(hello.get("host_wait"))}
     # Held only where both processes hold: the submission's process saying it cannot only
     # costs it the hold (its steps are then timed as the baselines' are, unheld).
     if run.ready.get("hold") is True and hello.get("hold") is True:

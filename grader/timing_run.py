@@ -72,6 +72,7 @@ def run_timing(
     python: str = sys.executable,
     triton_cache: Path | None = None,
     dry_run_on_cpu: bool = False,
+    host_wait: str = "auto",
 ) -> TimingReport:
     """Time a submission that passed the gate and score it (SPEC §4–§5).
 
@@ -92,6 +93,8 @@ def run_timing(
         dry_run_on_cpu: Run the whole harness on the CPU with the Triton interpreter and the host
             clock (CI on machines without a GPU). Its times mean nothing; the report's telemetry
             says ``dry_run``, and the grade never calls it.
+        host_wait: How both children's hosts wait for the device (`grader.child.hold.HOST_WAITS`;
+            benchmarks only until measured: a grade's children wait as the driver decides).
 
     Returns:
         The `TimingReport`; every failure is status ≠ ok with score 0 and a reason.
@@ -101,7 +104,8 @@ def run_timing(
     with tempfile.TemporaryDirectory(prefix="timing-") as tmp:
         run = interleave.run_interleaved(
             submission_root, Path(tmp), config, setup.profile,
-            **setup.children(config, reference_module, census, python, progress))
+            **setup.children(config, reference_module, census, python, progress),
+            host_wait=host_wait)
     return timing_report(run, setup, config)
 
 
@@ -234,6 +238,7 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
             "snapshots": [s.to_dict() for s in run.snapshots],
             "handshake_ms": run.handshake_ms,
             "hold": run.hold,
+            "host_wait": run.host_wait,
             "command_s": run.command_s,
             "step_overhead_ms": _overheads(run.shapes),
             "oracle_checks": {prof.shapes[i].label: {"rounds": len(raw.oracle_util),

@@ -185,12 +185,14 @@ class FakeChild:
         elif self.who == "baselines":
             self._queue([[{"event": "ready", "slab": {"handle": "fake"}, "pid": self.pid,
                            "device": {"name": "NVIDIA H200"}, "hold": script.held,
-                           "hold_how": "held" if script.held else "no hold page"}]])
+                           "hold_how": "held" if script.held else "no hold page",
+                           "host_wait": self.job["host_wait"]}]])
         else:
             # Spontaneous, and far apart in time (the warm-up is between): two reads.
             self._queue([[{"event": "hello", "device": {}, "pid": self.pid,
                            "hold": script.held,
-                           "hold_how": "held" if script.held else "no hold page"}],
+                           "hold_how": "held" if script.held else "no hold page",
+                           "host_wait": self.job["host_wait"]}],
                          [{"event": "armed"}]])
 
     # -------------------------------------------------------------- what Child uses

@@ -64,6 +64,16 @@ def test_corpus_case(case: str, tmp_path, triton_cache) -> None:
             assert shape.score == pytest.approx(expected, abs=0.1), summary
 
 
+@pytest.mark.gpu
+def test_both_children_spin_when_asked(tmp_path, triton_cache) -> None:
+    """The driver takes the host wait in both timing children, and the control still scores."""
+    ws = make_workspace(tmp_path / "ws", (CORPUS / "control_reference" / "solution.py").read_text())
+    report = run_timing(ws, CONFIG, profile="corpus", progress=None, triton_cache=triton_cache,
+                        host_wait="spin")
+    assert report.status == "ok", report.reason
+    assert report.telemetry["host_wait"] == {"baselines": "spin", "submission": "spin"}
+
+
 def test_every_case_declares_its_verdict() -> None:
     """Runs without a GPU: the corpus is well-formed."""
     assert len(CASES) >= 14

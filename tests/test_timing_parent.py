@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from interleave_fakes import End, Script, apart, batch, done, install, on
 
+from grader.child.hold import set_host_wait
 from grader.config import Profile, Shape, load_config
 from grader.orders import williams_orders
 from grader.sandbox import Outcome
@@ -347,6 +348,32 @@ def test_armed_for_another_step_ends_the_child(monkeypatch, ws, who, block, stat
     report = run(ws)
     assert seen, "no held step was sent"
     assert_failed(report, status, f"{reason}{seen[0] + 1} for step {seen[0]}")
+
+
+def test_a_host_wait_is_one_the_driver_knows() -> None:
+    """`set_host_wait` runs in a timing child before its CUDA context exists; here (no GPU) it
+    can only say why it did nothing, and a wait that is not the driver's is refused."""
+    assert set_host_wait("auto") == "auto"
+    got = set_host_wait("spin")
+    assert got == "spin" or got.startswith("auto: "), got
+    with pytest.raises(ValueError, match="host wait 'fast' is not one of"):
+        set_host_wait("fast")
+
+
+def test_both_children_wait_for_the_device_as_asked(monkeypatch, ws) -> None:
+    """The host wait goes to both children alike (what it costs a window is then the same for
+    every block), and the report says how each one waits."""
+    script = install(monkeypatch)
+    report = run(ws)
+    assert report.telemetry["host_wait"] == {"baselines": "auto", "submission": "auto"}
+    script = install(monkeypatch)
+    report = run_timing(ws, config(PROFILE), profile="t", progress=None, host_wait="spin")
+    assert report.status == "ok", report.reason
+    assert {c.who: c.job["host_wait"] for c in script.children.values()} == {
+        "baselines": "spin", "submission": "spin"}
+    assert report.telemetry["host_wait"] == {"baselines": "spin", "submission": "spin"}
+    with pytest.raises(ValueError, match="host wait 'busy' is not one of"):
+        run_timing(ws, config(PROFILE), profile="t", progress=None, host_wait="busy")
 
 
 def test_unheld_where_a_child_cannot_hold(monkeypatch, ws) -> None:

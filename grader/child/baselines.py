@@ -170,7 +170,7 @@ def main() -> int:
     guard.install()
     channel.send("ready", device=device_facts(torch), pid=os.getpid(),
                  slab=share_slab(torch, slab, job.get("slab_path")), hold=hold is not None,
-                 hold_how=hold_how)
+                 hold_how=hold_how, host_wait=begun.host_wait)
     budgets = job["budgets"]
     for command in commands():
         cmd = command["cmd"]

@@ -160,6 +160,39 @@ class HostHold:
         return None
 
 
+# How a host thread waits for the device in a synchronization: the primary context's
+# CU_CTX_SCHED_* flag (cuda.h). A timed window ends with an event recorded once this process's
+# synchronize has returned, so the window holds how late the host noticed the device idle: on an
+# H200 40-180 µs under the driver's default, more the longer the wait
+# (bench/results/held-h200-2026-12-03/).
+HOST_WAITS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "blocking": 0x4}
+
+
+def set_host_wait(name: str) -> str:
+    """Give the device's primary context the host wait ``name`` (`HOST_WAITS`), before this
+    process makes its context; what was done, or why not (the child then waits as the driver
+    decides, and says so). ``auto`` does nothing.
+
+    Raises:
+        ValueError: ``name`` is not one of `HOST_WAITS`.
+    """
+    if name not in HOST_WAITS:
+        raise ValueError(f"host wait {name!r} is not one of {sorted(HOST_WAITS)}")
+    if name == "auto":
+        return "auto"
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        dev = ctypes.c_int()
+        # Device 0 of those CUDA_VISIBLE_DEVICES lets this process see: the one it times on.
+        for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(dev), 0)),
+                           ("cuDevicePrimaryCtxSetFlags_v2", (dev, HOST_WAITS[name]))):
+            if (err := getattr(lib, call)(*args)) != 0:
+                return f"auto: {call} failed (CUresult {err})"
+    except (OSError, AttributeError) as exc:
+        return f"auto: no driver ({exc!r})"
+    return name
+
+
 def open_hold(torch: Any, job: dict[str, Any]) -> tuple[Hold | HostHold | None, str]:
     """This process's hold from the job's ``hold_path`` (None and why where there is none)."""
     path = job.get("hold_path")
@@ -170,4 +203,5 @@ def open_hold(torch: Any, job: dict[str, Any]) -> tuple[Hold | HostHold | None, 
     return HostHold.open(str(path))
 
 
-__all__ = ["HOLD_BYTES", "Hold", "HoldPage", "HostHold", "hold_value", "open_hold"]
+__all__ = ["HOLD_BYTES", "HOST_WAITS", "Hold", "HoldPage", "HostHold", "hold_value", "open_hold",
+           "set_host_wait"]

@@ -68,24 +68,30 @@ class Start:
     job: dict[str, Any]
     channel: Any  # grader.child.channel.ChannelWriter
     timers: TimerGuard
+    host_wait: str = "auto"
 
 
 def start(torch: Any, who: str) -> Start | None:
     """A timing child's first acts, before anything else it imports: the job (argv[2]), the
-    channel (its key is the first line of stdin), the pinned pools, the timers captured, CUDA up.
-    None (after saying why on the channel) when the job wants a GPU that is not there."""
+    channel (its key is the first line of stdin), the pinned pools, the timers captured, the
+    host's way of waiting for the device (the job's ``host_wait``), CUDA up. None (after saying
+    why on the channel) when the job wants a GPU that is not there."""
     from grader.child.channel import ChannelWriter, pin_pools
+    from grader.child.hold import set_host_wait
 
     job = json.loads(Path(sys.argv[2]).read_text())
     channel = ChannelWriter()
     pin_pools(torch)
     timers = TimerGuard.capture(torch)
+    host_wait = "auto"
     if job["device"] == "cuda":
+        # Before the context exists: its flags are set when it is made.
+        host_wait = set_host_wait(job.get("host_wait", "auto"))
         if not torch.cuda.is_available():
             channel.send("failure", kind="harness", reason=f"no CUDA device in the {who} child")
             return None
         torch.cuda.init()
-    return Start(job, channel, timers)
+    return Start(job, channel, timers, host_wait)
 
 
 def run_main(main: Callable[[], int]) -> None:

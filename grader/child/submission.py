@@ -242,7 +242,7 @@ def main() -> int:
     # Before anything of the submission exists (a hold it set up itself would prove nothing).
     hold, hold_how = open_hold(torch, job)
     channel.send("hello", device=device_facts(torch), pid=os.getpid(), hold=hold is not None,
-                 hold_how=hold_how)
+                 hold_how=hold_how, host_wait=begun.host_wait)
     # Always on from here, before the warm-up (its first-use threads are the harness's).
     census = Census(device)
     census.start()
