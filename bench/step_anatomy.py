@@ -21,8 +21,9 @@ the census and the rule guard, as both timing children run):
   enqueued the whole step: the GPU's own time, whatever the host costs.
 
 ``--sched`` sets how this process's host waits for the device (the primary context's
-scheduling flag, set through the driver before torch makes the context): ``auto`` (the default,
-as the timing children run), ``spin``, ``yield`` or ``blocking``. A held step's tail (the host
+scheduling flag, set through the driver before torch makes the context, as
+`grader.child.hold.set_host_wait` does for the timing children): ``auto`` (the default, as a
+grade's children run), ``spin``, ``yield`` or ``blocking``. A held step's tail (the host
 noticing the device idle) was 0.08-0.15 ms under ``auto`` on an H200 against 0.03-0.05 ms
 unheld (2026-12-02): the longer the host waits in ``synchronize``, the later it notices.
 
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
 import datetime
 import json
@@ -51,6 +51,7 @@ import torch  # noqa: E402
 
 from bench.process_variance import parse_label  # noqa: E402
 from grader.child.census import Census  # noqa: E402
+from grader.child.hold import HOST_WAITS, set_host_wait  # noqa: E402
 from grader.child.steps import (  # noqa: E402
     PARAM_KEYS,
     block_params,
@@ -69,21 +70,6 @@ SHAPES = ("float32:64x8192:d512", "float32:64x8192:d1", "bfloat16:256x8192:d1")
 # GPU cycles the held mode keeps the device busy before the window opens: ~40 ms at 2 GHz,
 # longer than any step's host side here (checked: `host` < hold, else the row says so).
 HOLD_CYCLES = 80_000_000
-
-
-# CU_CTX_SCHED_*: how a host thread waits in a synchronization (cuda.h).
-SCHED_FLAGS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "blocking": 0x4}
-
-
-def set_sched(name: str) -> None:
-    """Give the device's primary context the scheduling flag ``name`` before torch retains it
-    (nothing before this may touch CUDA)."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    dev = ctypes.c_int()
-    for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(dev), 0)),
-                       ("cuDevicePrimaryCtxSetFlags_v2", (dev, SCHED_FLAGS[name]))):
-        if (err := getattr(lib, call)(*args)) != 0:
-            raise RuntimeError(f"{call} failed (CUresult {err}) setting sched {name!r}")
 
 
 def quart(values: list[float]) -> dict[str, float]:
@@ -149,10 +135,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
-    ap.add_argument("--sched", choices=tuple(SCHED_FLAGS), default="auto")
+    ap.add_argument("--sched", choices=tuple(HOST_WAITS), default="auto")
     args = ap.parse_args()
-    if args.sched != "auto":
-        set_sched(args.sched)
+    # As a timing child does, before torch makes the context; here a refusal ends the run.
+    if (got := set_host_wait(args.sched)) != args.sched:
+        raise SystemExit(f"host wait {args.sched!r} not taken: {got}")
     torch.manual_seed(0)
     flush = flush_buffer(torch, "cuda")
     steppers = {label: Stepper(label) for label in args.shapes.split(",")}
