@@ -97,6 +97,16 @@ make_workspace(Path(sys.argv[1]), REFERENCE_SOLUTION, git=True)
 PY
 }
 
+# One whole grade of the reference-as-submission and $2 timing phases (bench/reproducibility.py,
+# h200 profile) within $1 seconds: the rc, the grade's line and each phase's in the summary.
+grade_and_phases() {
+    local limit=$1 runs=$2
+    timeout "$limit" python3 bench/reproducibility.py --profile h200 --runs "$runs" --grade \
+        --out "$OUT" > "$OUT/repro-h200.log" 2>&1
+    echo "one grade + $runs timing phases, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+}
+
 # One whole grade with per-phase timers (bench/grade_phases.py), its score and wall in one line.
 phased() {
     local name=$1 ws=$2
@@ -170,10 +180,7 @@ trust-final)
     # five timing phases of the reference-as-submission), the timing corpus, the gate entries of
     # the trust redesign with their controls, the census's GPU test.
     versions > "$OUT/summary.txt" 2>&1
-    timeout 330 python3 bench/reproducibility.py --profile h200 --runs 5 --grade --out "$OUT" \
-        > "$OUT/repro-h200.log" 2>&1
-    echo "one grade + 5 timing phases, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
-    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    grade_and_phases 330 5
     suite timing-corpus 170 tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
     grep -E "^(FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
     suite gate-corpus 70 -n 4 tests/test_grader_gpu.py -k "rewrites_gate_outputs or \
@@ -190,10 +197,7 @@ trust-check)
     # (census rule, clock and drift fixes, command telemetry), the timing corpus, the census's
     # GPU test.
     versions > "$OUT/summary.txt" 2>&1
-    timeout 300 python3 bench/reproducibility.py --profile h200 --runs 1 --grade --out "$OUT" \
-        > "$OUT/repro-h200.log" 2>&1
-    echo "one grade + 1 timing phase, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
-    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    grade_and_phases 300 1
     suite timing-corpus 200 tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
     grep -E "^(FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
     suite census-gpu 30 -m gpu tests/test_census.py | tee -a "$OUT/summary.txt"
@@ -249,11 +253,8 @@ trust-close)
     # Issue 13 after calls 5-6: a whole grade and two timing phases of the reference-as-submission
     # (calibrated clock, bracketed drift, per-item gate census), then the timing corpus.
     versions > "$OUT/summary.txt" 2>&1
-    timeout 330 python3 bench/reproducibility.py --profile h200 --runs 2 --grade --out "$OUT" \
-        > "$OUT/repro-h200.log" 2>&1
-    echo "one grade + 2 timing phases, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
-    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
-    suite timing-corpus 190 -v tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    grade_and_phases 330 2
+    suite timing-corpus 190 -rA tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
     grep -E "(PASSED|FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
     echo "phase done at $(elapsed)s" | tee -a "$OUT/summary.txt"
     tar -czf "$OUT/trust.tgz" -C "$OUT" --exclude trust.tgz --exclude summary.txt . 2>/dev/null
@@ -263,10 +264,7 @@ held-close)
     # reference-as-submission and five timing phases (the five grades' spread, the reference
     # inside its interval, a grade's wall time). 440 s cut the fifth phase on 2026-12-03.
     versions > "$OUT/summary.txt" 2>&1
-    timeout 570 python3 bench/reproducibility.py --profile h200 --runs 5 --grade --out "$OUT" \
-        > "$OUT/repro-h200.log" 2>&1
-    echo "one grade + 5 timing phases, h200: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
-    grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
+    grade_and_phases 570 5
     ;;
 held-corpus)
     # Issue 13 on the held tree: the timing corpus alone on the GPU (240 s ran 19 of 24 on

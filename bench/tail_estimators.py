@@ -41,9 +41,8 @@ sys.path.insert(0, str(REPO))
 
 from grader.config import load_config  # noqa: E402
 from grader.report import ShapeSamples, TimingReport, _from_jsonable  # noqa: E402
-from grader.timing import estimate_shape, grade_bootstrap, weighted_score  # noqa: E402
+from grader.timing import BLOCKS, estimate_shape, grade_bootstrap, weighted_score  # noqa: E402
 
-BLOCKS = ("plain", "ref", "sub")
 FLOOR_QUANTILE = 0.1
 
 

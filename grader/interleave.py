@@ -67,7 +67,7 @@ from typing import Any
 
 from grader import census as census_rules
 from grader import telemetry
-from grader.child.hold import HOST_WAITS, HoldPage
+from grader.child.hold import HoldPage, host_wait_flag
 from grader.config import DeadlineRule, Profile, ScoringConfig
 from grader.conversation import Child, Stop
 from grader.orders import williams_orders
@@ -465,8 +465,7 @@ def start_interleaved(
         host_wait: How both children's hosts wait for the device (`grader.child.hold.HOST_WAITS`;
             the same for both, so what it costs a window is the same for every block).
     """
-    if host_wait not in HOST_WAITS:
-        raise ValueError(f"host wait {host_wait!r} is not one of {sorted(HOST_WAITS)}")
+    host_wait_flag(host_wait)  # an unknown wait is refused before any child starts
     shapes = profile.shapes
     out = Interleaved(shapes=[ShapeRaw() for _ in shapes])
     base_dir, sub_dir = workdir / "baselines", workdir / "submission"

@@ -363,7 +363,7 @@ def test_a_host_wait_is_one_the_driver_knows() -> None:
 def test_both_children_wait_for_the_device_as_asked(monkeypatch, ws) -> None:
     """The host wait goes to both children alike (what it costs a window is then the same for
     every block), and the report says how each one waits."""
-    script = install(monkeypatch)
+    install(monkeypatch)
     report = run(ws)
     assert report.telemetry["host_wait"] == {"baselines": "auto", "submission": "auto"}
     script = install(monkeypatch)

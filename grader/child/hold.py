@@ -168,6 +168,14 @@ class HostHold:
 HOST_WAITS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "blocking": 0x4}
 
 
+def host_wait_flag(name: str) -> int:
+    """The driver's flag of the host wait ``name``; ValueError when it is not one of
+    `HOST_WAITS` (the parent asks before it starts a child, the child before it sets it)."""
+    if name not in HOST_WAITS:
+        raise ValueError(f"host wait {name!r} is not one of {sorted(HOST_WAITS)}")
+    return HOST_WAITS[name]
+
+
 def set_host_wait(name: str) -> str:
     """Give the device's primary context the host wait ``name`` (`HOST_WAITS`), before this
     process makes its context; what was done, or why not (the child then waits as the driver
@@ -176,8 +184,7 @@ def set_host_wait(name: str) -> str:
     Raises:
         ValueError: ``name`` is not one of `HOST_WAITS`.
     """
-    if name not in HOST_WAITS:
-        raise ValueError(f"host wait {name!r} is not one of {sorted(HOST_WAITS)}")
+    flag = host_wait_flag(name)
     if name == "auto":
         return "auto"
     try:
@@ -185,7 +192,7 @@ def set_host_wait(name: str) -> str:
         dev = ctypes.c_int()
         # Device 0 of those CUDA_VISIBLE_DEVICES lets this process see: the one it times on.
         for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(dev), 0)),
-                           ("cuDevicePrimaryCtxSetFlags_v2", (dev, HOST_WAITS[name]))):
+                           ("cuDevicePrimaryCtxSetFlags_v2", (dev, flag))):
             if (err := getattr(lib, call)(*args)) != 0:
                 return f"auto: {call} failed (CUresult {err})"
     except (OSError, AttributeError) as exc:
@@ -203,5 +210,5 @@ def open_hold(torch: Any, job: dict[str, Any]) -> tuple[Hold | HostHold | None, 
     return HostHold.open(str(path))
 
 
-__all__ = ["HOLD_BYTES", "HOST_WAITS", "Hold", "HoldPage", "HostHold", "hold_value", "open_hold",
-           "set_host_wait"]
+__all__ = ["HOLD_BYTES", "HOST_WAITS", "Hold", "HoldPage", "HostHold", "hold_value",
+           "host_wait_flag", "open_hold", "set_host_wait"]

@@ -86,7 +86,7 @@ def start(torch: Any, who: str) -> Start | None:
     host_wait = "auto"
     if job["device"] == "cuda":
         # Before the context exists: its flags are set when it is made.
-        host_wait = set_host_wait(job.get("host_wait", "auto"))
+        host_wait = set_host_wait(job["host_wait"])
         if not torch.cuda.is_available():
             channel.send("failure", kind="harness", reason=f"no CUDA device in the {who} child")
             return None
