@@ -3,16 +3,17 @@
     python bench/grade_phases.py WORKSPACE [--gpu 0] [--out FILE.json] [--report FILE.json]
                                  [--overlap]
 
-Grades ``WORKSPACE`` as ``python -m grader grade`` does (`grader.grade.grade`, default options)
-with timers around its phases: the export, the gate (`run_gate`; its children, side by side
-when `limits.gate_processes` > 1) and inside it the parent's fp64 oracle (`evaluate_item`), and
-the timing (`_run_timing`). The rest of the gate is the children: their start, imports, Triton
-compiles and steps. From the report: the time each timing process spent per command, and per
-timed shape its medians, r, g, score and the submission's steps that disagreed with the parent's
-clock (``--report`` writes the whole report too). Prints one JSON object (also written to
-``--out``). ``--overlap`` grades with `GradeOptions.overlap_timing` (the timing children start
-beside the gate); its timing phase is then split into "timing: start" (the plain block measured,
-the thread started) and "timing: after the gate".
+Grades ``WORKSPACE`` as ``python -m grader grade`` does (`grader.grade.grade`, default options
+but the timing's start, below) with timers around its phases: the export, the gate (`run_gate`;
+its children, side by side when `limits.gate_processes` > 1) and inside it the parent's fp64
+oracle (`evaluate_item`), and the timing (`_run_timing`). The rest of the gate is the children:
+their start, imports, Triton compiles and steps. From the report: the time each timing process
+spent per command, and per timed shape its medians, r, g, score and the submission's steps that
+disagreed with the parent's clock (``--report`` writes the whole report too). Prints one JSON
+object (also written to ``--out``). Whatever the profile says, the grade is sequential unless
+``--overlap`` asks for `GradeOptions.overlap_timing` (the timing children start beside the
+gate), so the two can be compared on any profile; the overlap's timing phase is then split into
+"timing: start" (the plain block measured, the thread started) and "timing: after the gate".
 """
 
 from __future__ import annotations

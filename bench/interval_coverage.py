@@ -139,7 +139,9 @@ def grade_intervals(report: TimingReport, score: Score, method: stats.IntervalMe
                              f"{report.shapes[0].label} has {visits}")
     boot = stats.Bootstrap.build(method, visits, resamples=resamples, seed=BOOTSTRAP_SEED,
                                  confidence=confidence)
-    ests = {s.label: estimate_shape(s.samples, score, boot) for s in report.shapes}
+    # The profile's between-process term, as the grade used it (older reports: none).
+    sd = float(report.telemetry.get("process_sd", 0.0))
+    ests = {s.label: estimate_shape(s.samples, score, boot, sd) for s in report.shapes}
     value, ci = weighted_score([s.weight for s in report.shapes],
                                [e.score for e in ests.values()],
                                [e.score_draws for e in ests.values()], boot)

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from timing_workspace import REFERENCE_SOLUTION, make_workspace  # noqa: E402
 
 from grader import stats, telemetry  # noqa: E402
-from grader.child.hold import HOST_WAITS  # noqa: E402
+from grader.child.hold import DEFAULT_HOST_WAIT, HOST_WAITS  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from grader.plot import MISSING_MATPLOTLIB, plot_speedups  # noqa: E402
 from grader.report import (  # noqa: E402
@@ -174,9 +174,9 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--grade", action="store_true", help="also one whole grade first")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
-    parser.add_argument("--host-wait", choices=tuple(HOST_WAITS), default="auto",
+    parser.add_argument("--host-wait", choices=tuple(HOST_WAITS), default=DEFAULT_HOST_WAIT,
                         help="how both timing children's hosts wait for the device (the timing "
-                             "phases only; a grade's children wait as the driver decides)")
+                             "phases only; a grade's children: %(default)s)")
     args = parser.parse_args()
     config = load_config()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -22,10 +22,13 @@ the census and the rule guard, as both timing children run):
 
 ``--sched`` sets how this process's host waits for the device (the primary context's
 scheduling flag, set through the driver before torch makes the context, as
-`grader.child.hold.set_host_wait` does for the timing children): ``auto`` (the default, as a
-grade's children run), ``spin``, ``yield`` or ``blocking``. A held step's tail (the host
+`grader.child.hold.set_host_wait` does for the timing children): ``auto`` (the driver's
+default), ``spin`` (a grade's children), ``yield`` or ``blocking``. A held step's tail (the host
 noticing the device idle) was 0.08-0.15 ms under ``auto`` on an H200 against 0.03-0.05 ms
 unheld (2026-12-02): the longer the host waits in ``synchronize``, the later it notices.
+Spinning did not shorten it in one process (2026-12-03: held 0.12-0.16 ms, unheld 0.04-0.10
+ms, within a few µs of ``auto``'s with the census and the guard on); what it changed was the
+difference between two processes (`bench/results/spin-h200-2026-12-03/`).
 
 It writes ``step-anatomy-<gpu>[-<sched>].json`` with medians and quartiles, and prints a table.
 """

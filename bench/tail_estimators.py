@@ -86,11 +86,12 @@ def analyze(report: TimingReport, config) -> dict[str, dict]:
     if not shapes:
         raise ValueError("no shape of this report keeps its tails (written before 2026-12-03?)")
     boot = grade_bootstrap(len(shapes[0].samples.sub_ms))
+    sd = float(report.telemetry.get("process_sd", 0.0))  # as the grade counted (older: none)
     out: dict[str, dict] = {}
     for how in COUNTS:
         rows, scores, draws, weights, want = [], [], [], [], []
         for s in shapes:
-            est = estimate_shape(counted(s.samples, how), score, boot)
+            est = estimate_shape(counted(s.samples, how), score, boot, sd)
             rows.append({"label": s.label, "r": est.r.value, "g": est.g.value,
                          "r_over_g": est.r.value / est.g.value,
                          "tail_ms": {n: float(np.median(getattr(s.samples, f"{n}_tail_ms")))

@@ -46,9 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--keep", action="store_true", help="keep the private grading directory")
     g.add_argument("--final", action="store_true",
                    help="a final regrade: the profile's final_rounds timed rounds")
-    g.add_argument("--overlap-timing", action="store_true",
-                   help="start the timing processes and warm the baselines up while the gate "
-                        "runs (faster; README \"How long a grade takes\")")
+    order = g.add_mutually_exclusive_group()
+    order.add_argument("--overlap-timing", dest="overlap_timing", action="store_const",
+                       const=True, default=None,
+                       help="start the timing processes and warm the baselines up while the "
+                            "gate runs (default: as the timing profile says; README \"How long "
+                            "a grade takes\")")
+    order.add_argument("--sequential-timing", dest="overlap_timing", action="store_const",
+                       const=False, help="start the timing processes once the gate has passed")
     for verb, text in (("serve", "the operator's HTTP API"), ("worker", "a grading worker"),
                        ("run", "create, inspect and finalize runs"),
                        ("fleet", "grade the queue on a Ray cluster's GPUs")):

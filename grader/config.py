@@ -23,6 +23,9 @@ from task.inputs import DTYPES, FAMILIES
 SCHEMA_VERSION = 1
 # The timing child's blocks: plain PyTorch, the reference, the submission (SPEC §4).
 TIMED_BLOCKS = ("plain", "ref", "sub")
+# A between-process term this large (5% of r) would say the protocol cannot tell submissions
+# apart; a profile asking for it is a typo.
+MAX_PROCESS_SD = 0.05
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "scoring.yaml"
 
 
@@ -197,6 +200,15 @@ class Profile:
     # Timed rounds of a final regrade (SPEC §7: the run's result): more samples than an ordinary
     # grade's; None is twice ``rounds``.
     final_rounds: int | None = None
+    # The between-process part of r's uncertainty: the reference's copy in the submission's
+    # process and the baselines' copy differ by more than one grade's rounds show, the same way
+    # across shapes (a log-scale standard deviation; bench/process_offset.py measures it, and
+    # grader.timing.estimate_shape adds it to every shape's r in each resample alike). 0: none.
+    process_sd: float = 0.0
+    # Start the timing processes beside the gate (`grader.grade.GradeOptions.overlap_timing`)
+    # unless the grade says otherwise: on where an A/B on this profile's GPU found the score
+    # unmoved and the grade faster.
+    overlap_timing: bool = False
 
     def __post_init__(self) -> None:
         if self.warmup < 0:
@@ -216,6 +228,9 @@ class Profile:
         if self.alone_rounds < 2 or self.alone_rounds % 2:
             _invalid("alone_rounds", f"must be an even number ≥ 2 (two halves, to know their "
                      f"noise), got {self.alone_rounds!r}")
+        if not 0.0 <= self.process_sd < MAX_PROCESS_SD:
+            _invalid("process_sd", f"must be in [0, {MAX_PROCESS_SD}) (a log-scale standard "
+                     f"deviation), got {self.process_sd!r}")
 
 
     def for_final(self) -> Profile:

@@ -65,8 +65,9 @@ class GradeOptions:
         final: A final regrade (SPEC §7): every profile's ``final_rounds`` timed rounds.
         overlap_timing: Start the timing children and warm the baselines up while the gate runs
             (`grader.timing_run.TimingStart`), and carry the gate's Triton cache into the timing
-            child (``grade --overlap-timing``). Off by default: whether it moves the score is
-            not measured yet (`TimingStart`'s docstring has the numbers).
+            child (``grade --overlap-timing``; False: ``--sequential-timing``). None: as the
+            timing profile says (``overlap_timing`` in `scoring.yaml`: on where an A/B on its GPU
+            found the score unmoved; README "How long a grade takes").
     """
 
     rev: str = "HEAD"
@@ -77,7 +78,7 @@ class GradeOptions:
     progress: bool = True
     keep_dir: bool = False
     final: bool = False
-    overlap_timing: bool = False
+    overlap_timing: bool | None = None
 
 
 def system_info(gpu: int | None) -> SystemInfo:
@@ -236,6 +237,18 @@ def _start_timing(sub_root: Path, config: ScoringConfig, options: GradeOptions,
                        progress=sys.stderr if options.progress else None)  # fmt: skip
 
 
+def overlaps(config: ScoringConfig, options: GradeOptions, gpu: int) -> bool:
+    """Whether this grade starts its timing beside the gate: as asked, else as the profile it
+    will time with says (False for a profile that does not exist: timing then says why)."""
+    if options.overlap_timing is not None:
+        return options.overlap_timing
+    from grader import telemetry
+
+    name = options.profile or config.timing.profile_for_gpu(telemetry.device_info(index=gpu).name)
+    prof = config.timing.profiles.get(name)
+    return prof is not None and prof.overlap_timing
+
+
 def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeReport:
     """Grade the committed tree of ``workspace``; every outcome is a `GradeReport`.
 
@@ -302,7 +315,7 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             env = {"CUDA_VISIBLE_DEVICES": str(gpu)}
             device, oracle_device = "cuda:0", f"cuda:{gpu}"
         items = build_items(cases, drift)
-        if gpu is not None and options.overlap_timing:
+        if gpu is not None and overlaps(config, options, gpu):
             early = _start_timing(sub.root, config, options, gpu)
         gate = run_gate(
             sub.root, private / "gate", config, items, secret,

@@ -67,7 +67,7 @@ from typing import Any
 
 from grader import census as census_rules
 from grader import telemetry
-from grader.child.hold import HoldPage, host_wait_flag
+from grader.child.hold import DEFAULT_HOST_WAIT, HoldPage, host_wait_flag
 from grader.config import DeadlineRule, Profile, ScoringConfig
 from grader.conversation import Child, Stop
 from grader.orders import williams_orders
@@ -440,7 +440,7 @@ def start_interleaved(
     python: str,
     progress: Callable[[str], None],
     uuid: str | None = None,
-    host_wait: str = "auto",
+    host_wait: str = DEFAULT_HOST_WAIT,
 ) -> Started:
     """Start both timing children and warm the baselines up (the module docstring's step 1 and
     the start of step 2): nothing here runs or times submission code, so it may run while the
@@ -463,7 +463,8 @@ def start_interleaved(
         progress: Called with a line of progress.
         uuid: The GPU's UUID for telemetry snapshots.
         host_wait: How both children's hosts wait for the device (`grader.child.hold.HOST_WAITS`;
-            the same for both, so what it costs a window is the same for every block).
+            the same for both, so what it costs a window is the same for every block; default
+            `grader.child.hold.DEFAULT_HOST_WAIT`).
     """
     host_wait_flag(host_wait)  # an unknown wait is refused before any child starts
     shapes = profile.shapes

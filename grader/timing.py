@@ -94,6 +94,8 @@ FOREIGN_MEMORY_BYTES = 1 << 30
 # Grades of one input shape on one GPU draw the same rounds in the bootstrap: intervals are a
 # property of the samples, not of the draw.
 BOOTSTRAP_SEED = stats.DEFAULT_SEED
+# The between-process shifts' own seed (`process_shifts`): fixed, like the bootstrap's.
+PROCESS_SEED = 20261203
 # The parent times each shape in visits of one whole cycle of run orders (6 rounds; see
 # `grader.interleave`), the shapes taking turns: round i of every shape
 # belongs to visit i // VISIT_ROUNDS, and visit v of all shapes is one stretch of time.
@@ -207,12 +209,23 @@ def grade_bootstrap(
     return boot
 
 
+@functools.lru_cache(maxsize=4)
+def process_shifts(resamples: int) -> np.ndarray:
+    """One standard normal draw per resample, the same for every shape of a grade: the
+    between-process offset of that resample (`estimate_shape`'s ``process_sd``)."""
+    shifts = np.random.default_rng(PROCESS_SEED).standard_normal(resamples)
+    shifts.flags.writeable = False
+    return shifts
+
+
 def estimate_shape(samples: ShapeSamples, score: Score,
-                   bootstrap: stats.Bootstrap) -> ShapeEstimate:
+                   bootstrap: stats.Bootstrap, process_sd: float = 0.0) -> ShapeEstimate:
     """r, g and the score of one shape's samples with the intervals of ``bootstrap``.
 
     The estimates are medians of per-round paired ratios whatever the bootstrap; only the
-    intervals depend on it.
+    intervals depend on it. ``process_sd`` (the profile's) widens r's: each resample's r is
+    scaled by exp(process_sd · z), with z drawn once per resample for all shapes, since the
+    submission's process is one process for every shape (g is timed in one process: no term).
 
     Raises:
         ValueError: A time that is not finite and positive, or a bootstrap of another length.
@@ -223,6 +236,8 @@ def estimate_shape(samples: ShapeSamples, score: Score,
     r_ratios = stats.paired_ratios(samples.plain_ms, samples.sub_ms)
     g_ratios = stats.paired_ratios(samples.plain_ms, samples.ref_ms)
     r_draws, g_draws = bootstrap.medians(r_ratios), bootstrap.medians(g_ratios)
+    if process_sd:
+        r_draws = r_draws * np.exp(process_sd * process_shifts(len(r_draws)))
     r_value, g_value = float(np.median(r_ratios)), float(np.median(g_ratios))
     draws = np.array([score.shape_score(a, b) for a, b in zip(r_draws, g_draws, strict=True)])
     value = score.shape_score(r_value, g_value)
@@ -275,6 +290,7 @@ def analyze_shape(
     resamples: int = stats.DEFAULT_RESAMPLES,
     bootstrap: stats.Bootstrap | None = None,
     dry_run: bool = False,
+    process_sd: float = 0.0,
 ) -> ShapeVerdict:
     """Judge one shape: counts, the parent's clock, the floor, the baselines against themselves,
     checks, tail, then r, g and the score.
@@ -406,7 +422,7 @@ def analyze_shape(
                      f"{baseline_tail:.3g} ms (limit {tail_limit:.3g} ms): it ran on a stream the "
                      "caller never waited for", **values)
 
-    est = estimate_shape(samples, score, boot)
+    est = estimate_shape(samples, score, boot, process_sd)
     timing = ShapeTiming(
         label=label,
         r=est.r.value,
@@ -494,6 +510,7 @@ __all__ = [
     "analyze_shape",
     "estimate_shape",
     "grade_bootstrap",
+    "process_shifts",
     "score_from",
     "task_score",
     "weighted_score",

@@ -6,8 +6,8 @@ judge what they measured.
 submission's process, one step at a time, every step timed by the parent's own clock), and judges
 what was measured with `grader.timing` (`timing_report`). `TimingStart` does the same in two
 parts, so that a gate and the timing's start can run side by side (issue 13's grade within
-150 s); a grade uses it only when asked (`GradeOptions.overlap_timing`, ``grade
---overlap-timing``; `TimingStart`'s docstring says why).
+150 s); a grade uses it where its profile says so (``overlap_timing``, h200) or when asked
+(`GradeOptions.overlap_timing`, ``grade --overlap-timing``; `TimingStart`'s docstring says why).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from grader import deadlines, interleave, plausibility, telemetry
+from grader.child.hold import DEFAULT_HOST_WAIT
 from grader.config import Profile, ScoringConfig
 from grader.files import write_whole
 from grader.report import ShapeTiming, TimingReport
@@ -72,7 +73,7 @@ def run_timing(
     python: str = sys.executable,
     triton_cache: Path | None = None,
     dry_run_on_cpu: bool = False,
-    host_wait: str = "auto",
+    host_wait: str = DEFAULT_HOST_WAIT,
 ) -> TimingReport:
     """Time a submission that passed the gate and score it (SPEC §4–§5).
 
@@ -94,7 +95,7 @@ def run_timing(
             clock (CI on machines without a GPU). Its times mean nothing; the report's telemetry
             says ``dry_run``, and the grade never calls it.
         host_wait: How both children's hosts wait for the device (`grader.child.hold.HOST_WAITS`;
-            benchmarks only until measured: a grade's children wait as the driver decides).
+            a grade's: `grader.child.hold.DEFAULT_HOST_WAIT`; others are for benchmarks).
 
     Returns:
         The `TimingReport`; every failure is status ≠ ok with score 0 and a reason.
@@ -201,7 +202,8 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
                                           channels=config.block.channels,
                                           expansion=config.block.expansion, rounds=prof.rounds,
                                           alone_rounds=prof.alone_rounds,
-                                          dry_run=dry_run_on_cpu))
+                                          dry_run=dry_run_on_cpu,
+                                          process_sd=prof.process_sd))
         else:
             not_timed = ShapeTiming(label=shape.label, score=0.0,
                                     status=TimingStatus.NOT_TIMED.value,
@@ -245,6 +247,9 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
                                                      "worst": max(raw.oracle_util, default=None)}
                               for i, raw in enumerate(run.shapes)},
             "alone_rounds": prof.alone_rounds,
+            # r's between-process term in every interval (`grader.timing.estimate_shape`): what
+            # a tool that recounts the samples needs to get the grade's intervals back.
+            "process_sd": prof.process_sd,
             "child_wall_s": sub.wall_s if sub else None,
             "child_outcome": sub.outcome.value if sub else None,
             "child_peak_rss_mb": sub.peak_rss_mb if sub else None,
@@ -303,13 +308,14 @@ class TimingStart:
     nothing. The plain block's step per shape (the deadlines' unit) is measured here, before the
     thread starts, with the GPU still to ourselves.
 
-    Off in a grade unless asked for (`GradeOptions.overlap_timing`, ``python -m grader grade
-    --overlap-timing``, `bench/grade_phases.py --overlap`). On H200s (2026-12-02,
-    `bench/results/grade-fast-h200-2026-12-02/`) it runs whole: four grades of the
-    reference-as-submission took 119-143 s and the naive control 88 s. It stays off by default
-    because those grades scored 0.8633-0.8809 (one `implausible`) where sequential grades had
-    scored 0.8788-0.8882: whether starting beside the gate moves the score is not measured yet
-    (an A/B of the two, alternated on one machine, would say).
+    A grade uses it where its profile's ``overlap_timing`` says so (h200) or when asked
+    (`GradeOptions.overlap_timing`, ``python -m grader grade --overlap-timing``;
+    ``--sequential-timing`` refuses it; `bench/grade_phases.py --overlap`). Before held steps
+    (2026-12-02, `bench/results/grade-fast-h200-2026-12-02/`) its grades scored 0.8633-0.8809
+    (one `implausible`) where sequential grades had scored 0.8788-0.8882. With held steps
+    (2026-12-03, `bench/results/spin-h200-2026-12-03/`) three overlap grades of the
+    reference-as-submission took 106-130 s and scored 0.8940-0.8960, against four sequential
+    grades of 127-170 s and 0.8927-0.8967.
 
     Args: those of `run_timing` (``progress``: the stage lines of the start are held back and
         said when `finish` begins, so they do not tear the gate's progress bar).

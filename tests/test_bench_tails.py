@@ -1,5 +1,6 @@
 """bench/tail_estimators.py on a real H200 report: its 'window' count is the grader's own."""
 
+import math
 import sys
 from pathlib import Path
 
@@ -35,3 +36,28 @@ def test_a_report_without_tails_is_refused() -> None:
     (report,) = tail_estimators.timing_reports(RUN / "ab-sequential-report.json")
     with pytest.raises(ValueError, match="keeps its tails"):
         tail_estimators.analyze(report, load_config())
+
+
+def test_the_process_offset_is_measured_and_its_term_holds_the_reference() -> None:
+    """bench/process_offset.py on committed H200 grades: the offset is ln(t_sub/t_ref) weighted
+    as the score weighs shapes; without a term, runs whose offset is large miss the reference's
+    expected score; with the RMS of the others (leave one out), every one of them holds it."""
+    import process_offset
+
+    files = [RUN / "reproducibility-H200-h200-2026-12-03.json",
+             RUN / "tails/reproducibility-H200-h200-2026-12-03.json"]
+    named = [(str(p), r) for p in files for r in tail_estimators.timing_reports(p)]
+    res = process_offset.analyze(named, load_config(), None)
+    rows = res["rows"]
+    assert len(rows) == 6
+    first = named[0][1]
+    w = [s.weight for s in first.shapes]
+    want = sum(wi * math.log(s.t_sub_ms / s.t_ref_ms) for wi, s in zip(w, first.shapes,
+                                                                     strict=True)) / sum(w)
+    assert rows[0]["offset"] == pytest.approx(want, rel=1e-12)
+    assert rows[0]["none"]["score"] == pytest.approx(first.score, abs=1e-12)
+    assert rows[0]["none"]["ci"] == pytest.approx(first.score_ci, abs=1e-12)
+    assert res["rms"] == pytest.approx(math.sqrt(sum(r["offset"] ** 2 for r in rows) / 6))
+    assert sum(r["none"]["within"] for r in rows) < 6
+    assert all(r["loo"]["within"] for r in rows)
+    assert "6 leaving each run out" in process_offset.markdown(res)

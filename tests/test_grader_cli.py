@@ -72,10 +72,11 @@ def test_plot_is_written_beside_the_json_when_timed(tmp_path: Path) -> None:
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize(("flags", "overlap"), [((), False), (("--overlap-timing",), True)])
+@pytest.mark.parametrize(("flags", "overlap"), [((), None), (("--overlap-timing",), True),
+                                                 (("--sequential-timing",), False)])
 def test_grade_options_from_the_command_line(flags, overlap, monkeypatch, tmp_path) -> None:
-    """What the operator types is what the grade is asked: the timing beside the gate only
-    with ``--overlap-timing``, the default is the sequential grade."""
+    """What the operator types is what the grade is asked: the timing beside the gate with
+    ``--overlap-timing``, after it with ``--sequential-timing``, else as the profile says."""
     import grader.grade
     from grader.cli import main
 
@@ -88,3 +89,26 @@ def test_grade_options_from_the_command_line(flags, overlap, monkeypatch, tmp_pa
     monkeypatch.setattr(grader.grade, "grade", fake_grade)
     assert main(["grade", str(tmp_path), "--quiet", *flags]) == ExitCode.USAGE
     assert asked[0].overlap_timing is overlap and asked[0].progress is False
+
+
+def test_grade_overlaps_as_its_profile_says_unless_asked(monkeypatch) -> None:
+    """Without a flag the timing profile decides (h200: measured, on; l4: not measured, off);
+    a flag wins over it; a profile that does not exist never overlaps (timing says why)."""
+    from grader import telemetry
+    from grader.config import DEFAULT_PATH, load_config
+    from grader.grade import GradeOptions, overlaps
+
+    config = load_config(DEFAULT_PATH)
+    assert config.timing.profiles["h200"].overlap_timing is True
+    assert config.timing.profiles["l4"].overlap_timing is False
+    names = iter(["NVIDIA H200", "NVIDIA L4", None])
+    monkeypatch.setattr(telemetry, "device_info",
+                        lambda index=0: telemetry.DeviceInfo(name=next(names)))
+    assert overlaps(config, GradeOptions(), 0) is True
+    assert overlaps(config, GradeOptions(), 0) is False
+    assert overlaps(config, GradeOptions(), 0) is (
+        config.timing.profiles[config.timing.fallback].overlap_timing)
+    assert overlaps(config, GradeOptions(profile="h200", overlap_timing=False), 0) is False
+    assert overlaps(config, GradeOptions(profile="l4", overlap_timing=True), 0) is True
+    assert overlaps(config, GradeOptions(profile="smoke"), 0) is False
+    assert overlaps(config, GradeOptions(profile="nope"), 0) is False

@@ -66,12 +66,15 @@ def test_corpus_case(case: str, tmp_path, triton_cache) -> None:
 
 @pytest.mark.gpu
 def test_both_children_spin_when_asked(tmp_path, triton_cache) -> None:
-    """The driver takes the host wait in both timing children, and the control still scores."""
+    """The driver takes the host wait in both timing children: a grade's (spin) and another
+    asked for; the control scores under both."""
     ws = make_workspace(tmp_path / "ws", (CORPUS / "control_reference" / "solution.py").read_text())
-    report = run_timing(ws, CONFIG, profile="corpus", progress=None, triton_cache=triton_cache,
-                        host_wait="spin")
-    assert report.status == "ok", report.reason
-    assert report.telemetry["host_wait"] == {"baselines": "spin", "submission": "spin"}
+    for asked, want in ((None, "spin"), ("yield", "yield")):
+        extra = {} if asked is None else {"host_wait": asked}
+        report = run_timing(ws, CONFIG, profile="corpus", progress=None,
+                            triton_cache=triton_cache, **extra)
+        assert report.status == "ok", report.reason
+        assert report.telemetry["host_wait"] == {"baselines": want, "submission": want}
 
 
 def test_every_case_declares_its_verdict() -> None:

@@ -19,7 +19,7 @@ import pytest
 from file_modules import load_module
 
 from grader import plausibility, stats
-from grader.config import Shape, load_config
+from grader.config import Profile, Shape, load_config
 from grader.report import ShapeSamples, ShapeTiming, TimingReport, _from_jsonable, _to_jsonable
 from grader.timing import (
     VISIT_ROUNDS,
@@ -189,6 +189,31 @@ def test_visit_intervals_widen_with_visit_states_and_estimates_stay() -> None:
     assert visits.timing.r == pytest.approx(float(np.median(ratios)))
     width = {k: v.timing.r_ci[1] - v.timing.r_ci[0] for k, v in (("v", visits), ("r", rounds))}
     assert width["v"] > 1.5 * width["r"]
+
+
+def test_the_process_term_widens_r_alike_on_every_shape_and_leaves_g() -> None:
+    """A profile's process_sd scales every resample's r by one shared exp(sd·z): r's interval
+    and the score's widen (by about 1.96·sd on r where the rounds alone are tight), the
+    estimates and g do not move, and two shapes' r draws move together (one process)."""
+    raw = raw_with_states(np.zeros(10))
+    plain = verdict(raw)
+    sd = 0.002
+    wide = verdict(raw, process_sd=sd)
+    assert (wide.timing.r, wide.timing.g, wide.timing.score) == (
+        plain.timing.r, plain.timing.g, plain.timing.score)
+    assert wide.timing.g_ci == plain.timing.g_ci
+    width = {k: math.log(v.timing.r_ci[1] / v.timing.r_ci[0]) for k, v in (("p", plain),
+                                                                        ("w", wide))}
+    assert width["p"] < sd and 2 * 1.8 * sd < width["w"] < 2 * 2.6 * sd + width["p"]
+    assert (wide.timing.score_ci[1] - wide.timing.score_ci[0]
+            > 2 * (plain.timing.score_ci[1] - plain.timing.score_ci[0]))
+    other = verdict(raw_with_states(np.zeros(10), seed=7), process_sd=sd)
+    shifts = [np.log(v.score_draws) for v in (wide, other)]
+    assert np.corrcoef(shifts[0], shifts[1])[0, 1] > 0.9
+    with pytest.raises(ValueError, match="process_sd"):
+        Profile(gpus=(), warmup=1, rounds=6, shapes=(raw.shape,), process_sd=-0.1)
+    with pytest.raises(ValueError, match="process_sd"):
+        Profile(gpus=(), warmup=1, rounds=6, shapes=(raw.shape,), process_sd=0.5)
 
 
 def test_the_report_row_carries_samples_and_visits() -> None:

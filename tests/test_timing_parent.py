@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from interleave_fakes import End, Script, apart, batch, done, install, on
 
-from grader.child.hold import set_host_wait
+from grader.child.hold import DEFAULT_HOST_WAIT, set_host_wait
 from grader.config import Profile, Shape, load_config
 from grader.orders import williams_orders
 from grader.sandbox import Outcome
@@ -362,16 +362,19 @@ def test_a_host_wait_is_one_the_driver_knows() -> None:
 
 def test_both_children_wait_for_the_device_as_asked(monkeypatch, ws) -> None:
     """The host wait goes to both children alike (what it costs a window is then the same for
-    every block), and the report says how each one waits."""
-    install(monkeypatch)
-    report = run(ws)
-    assert report.telemetry["host_wait"] == {"baselines": "auto", "submission": "auto"}
+    every block), a grade's is spin, and the report says how each one waits."""
+    assert DEFAULT_HOST_WAIT == "spin"
     script = install(monkeypatch)
-    report = run_timing(ws, config(PROFILE), profile="t", progress=None, host_wait="spin")
-    assert report.status == "ok", report.reason
+    report = run(ws)
     assert {c.who: c.job["host_wait"] for c in script.children.values()} == {
         "baselines": "spin", "submission": "spin"}
     assert report.telemetry["host_wait"] == {"baselines": "spin", "submission": "spin"}
+    script = install(monkeypatch)
+    report = run_timing(ws, config(PROFILE), profile="t", progress=None, host_wait="yield")
+    assert report.status == "ok", report.reason
+    assert {c.who: c.job["host_wait"] for c in script.children.values()} == {
+        "baselines": "yield", "submission": "yield"}
+    assert report.telemetry["host_wait"] == {"baselines": "yield", "submission": "yield"}
     with pytest.raises(ValueError, match="host wait 'busy' is not one of"):
         run_timing(ws, config(PROFILE), profile="t", progress=None, host_wait="busy")
 

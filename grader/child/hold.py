@@ -163,9 +163,17 @@ class HostHold:
 # How a host thread waits for the device in a synchronization: the primary context's
 # CU_CTX_SCHED_* flag (cuda.h). A timed window ends with an event recorded once this process's
 # synchronize has returned, so the window holds how late the host noticed the device idle: on an
-# H200 40-180 µs under the driver's default, more the longer the wait
-# (bench/results/held-h200-2026-12-03/).
+# H200 40-180 µs, more the longer the wait (bench/results/held-h200-2026-12-03/).
 HOST_WAITS = {"auto": 0x0, "spin": 0x1, "yield": 0x2, "blocking": 0x4}
+
+# A grade's timing children spin: a submission that set spin on its own context (cuCtxSetFlags
+# through ctypes) could otherwise change its own windows' tails while the baselines' stayed as
+# the driver left them; with both spinning it has nothing to change. What it measured on an
+# H200 (bench/results/spin-h200-2026-12-03/): tails no shorter with the census and the guard on
+# (held 0.12-0.19 ms under both), the reference's copy in the submission's process still slower
+# than the baselines' (ln(t_sub/t_ref) +1.2e-3 on average over 9 grades, +1.6e-3 over 9 under
+# auto: within the noise). Its cost: the one child waiting on the device holds a core meanwhile.
+DEFAULT_HOST_WAIT = "spin"
 
 
 def host_wait_flag(name: str) -> int:
@@ -210,5 +218,5 @@ def open_hold(torch: Any, job: dict[str, Any]) -> tuple[Hold | HostHold | None, 
     return HostHold.open(str(path))
 
 
-__all__ = ["HOLD_BYTES", "HOST_WAITS", "Hold", "HoldPage", "HostHold", "hold_value",
-           "host_wait_flag", "open_hold", "set_host_wait"]
+__all__ = ["DEFAULT_HOST_WAIT", "HOLD_BYTES", "HOST_WAITS", "Hold", "HoldPage", "HostHold",
+           "hold_value", "host_wait_flag", "open_hold", "set_host_wait"]
