@@ -32,11 +32,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from tail_estimators import timing_reports  # noqa: E402
+from tail_estimators import against_itself, timing_reports  # noqa: E402
 
 from grader.config import load_config  # noqa: E402
 from grader.report import TimingReport  # noqa: E402
-from grader.timing import estimate_shape, grade_bootstrap, weighted_score  # noqa: E402
+from grader.timing import estimate_shape, grade_bootstrap  # noqa: E402
 
 
 def offset(report: TimingReport) -> float:
@@ -52,18 +52,11 @@ def rms(values: list[float]) -> float:
 
 def recount(report: TimingReport, config, process_sd: float) -> tuple[float, float, float, float]:
     """The task score, its interval and the reference's expected score, with ``process_sd``."""
-    score = config.score
     boot = grade_bootstrap(len(report.shapes[0].samples.sub_ms))
-    scores, draws, weights, want = [], [], [], []
-    for s in report.shapes:
-        est = estimate_shape(s.samples, score, boot, process_sd)
-        scores.append(est.score)
-        draws.append(est.score_draws)
-        weights.append(s.weight)
-        want.append(score.shape_score(est.g.value, est.g.value))
-    value, ci = weighted_score(weights, scores, draws, boot)
-    w = np.asarray(weights)
-    return value, ci.low, ci.high, float(np.dot(w, want) / w.sum())
+    ests = [estimate_shape(s.samples, config.score, boot, process_sd) for s in report.shapes]
+    value, ci, expected = against_itself(ests, [s.weight for s in report.shapes], config.score,
+                                         boot)
+    return value, ci.low, ci.high, expected
 
 
 def analyze(named: list[tuple[str, TimingReport]], config, sd: float | None) -> dict:

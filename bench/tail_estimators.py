@@ -39,9 +39,16 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from grader.config import load_config  # noqa: E402
+from grader.config import Score, load_config  # noqa: E402
 from grader.report import ShapeSamples, TimingReport, _from_jsonable  # noqa: E402
-from grader.timing import BLOCKS, estimate_shape, grade_bootstrap, weighted_score  # noqa: E402
+from grader.stats import Bootstrap, Interval  # noqa: E402
+from grader.timing import (  # noqa: E402
+    BLOCKS,
+    ShapeEstimate,
+    estimate_shape,
+    grade_bootstrap,
+    weighted_score,
+)
 
 FLOOR_QUANTILE = 0.1
 
@@ -78,6 +85,16 @@ def counted(s: ShapeSamples, how: str) -> ShapeSamples:
 COUNTS: tuple[str, ...] = ("window", "returned", "window − floor")
 
 
+def against_itself(ests: list[ShapeEstimate], weights: list[float], score: Score,
+                   boot: Bootstrap) -> tuple[float, Interval, float]:
+    """The task score of shape estimates of the reference as the submission, its interval and
+    what it should be: the weighted ln g / ln 1.1g."""
+    value, ci = weighted_score(weights, [e.score for e in ests], [e.score_draws for e in ests],
+                               boot)
+    want = [score.shape_score(e.g.value, e.g.value) for e in ests]
+    return value, ci, float(np.dot(weights, want) / np.sum(weights))
+
+
 def analyze(report: TimingReport, config) -> dict[str, dict]:
     """Per count: per shape r, g, r/g and the tails' medians; the task score, its interval and
     the reference's expectation ln g / ln 1.1g."""
@@ -89,20 +106,12 @@ def analyze(report: TimingReport, config) -> dict[str, dict]:
     sd = float(report.telemetry.get("process_sd", 0.0))  # as the grade counted (older: none)
     out: dict[str, dict] = {}
     for how in COUNTS:
-        rows, scores, draws, weights, want = [], [], [], [], []
-        for s in shapes:
-            est = estimate_shape(counted(s.samples, how), score, boot, sd)
-            rows.append({"label": s.label, "r": est.r.value, "g": est.g.value,
-                         "r_over_g": est.r.value / est.g.value,
-                         "tail_ms": {n: float(np.median(getattr(s.samples, f"{n}_tail_ms")))
-                                     for n in BLOCKS}})
-            scores.append(est.score)
-            draws.append(est.score_draws)
-            weights.append(s.weight)
-            want.append(score.shape_score(est.g.value, est.g.value))
-        value, ci = weighted_score(weights, scores, draws, boot)
-        w = np.asarray(weights)
-        expected = float(np.dot(w, want) / w.sum())
+        ests = [estimate_shape(counted(s.samples, how), score, boot, sd) for s in shapes]
+        rows = [{"label": s.label, "r": est.r.value, "g": est.g.value,
+                 "r_over_g": est.r.value / est.g.value,
+                 "tail_ms": {n: float(np.median(getattr(s.samples, f"{n}_tail_ms")))
+                             for n in BLOCKS}} for s, est in zip(shapes, ests, strict=True)]
+        value, ci, expected = against_itself(ests, [s.weight for s in shapes], score, boot)
         out[how] = {"shapes": rows, "score": value, "score_ci": (ci.low, ci.high),
                     "expected": expected, "within": ci.low <= expected <= ci.high}
     return out
