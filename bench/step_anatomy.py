@@ -27,8 +27,9 @@ default), ``spin`` (a grade's children), ``yield`` or ``blocking``. A held step'
 noticing the device idle) was 0.08-0.15 ms under ``auto`` on an H200 against 0.03-0.05 ms
 unheld (2026-12-02): the longer the host waits in ``synchronize``, the later it notices.
 Spinning did not shorten it in one process (2026-12-03: held 0.12-0.16 ms, unheld 0.04-0.10
-ms, within a few µs of ``auto``'s with the census and the guard on); what it changed was the
-difference between two processes (`bench/results/spin-h200-2026-12-03/`).
+ms, within a few µs of ``auto``'s with the census and the guard on), nor the difference between
+the timing children's two copies of the reference over 9 grades each
+(`bench/results/spin-h200-2026-12-03/`).
 
 It writes ``step-anatomy-<gpu>[-<sched>].json`` with medians and quartiles, and prints a table.
 """

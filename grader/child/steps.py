@@ -68,7 +68,7 @@ class Start:
     job: dict[str, Any]
     channel: Any  # grader.child.channel.ChannelWriter
     timers: TimerGuard
-    host_wait: str = "auto"
+    host_wait: str  # what `grader.child.hold.set_host_wait` did (``auto`` off a GPU)
 
 
 def start(torch: Any, who: str) -> Start | None:
