@@ -33,6 +33,12 @@
 #   bash bench/gpu_session.sh held-close    # ~9.5 min: a whole grade and five timing phases
 #                                           #   (issue 13, held steps)
 #   bash bench/gpu_session.sh held-corpus   # ~9.5 min: the timing corpus, then the gate corpus
+#   bash bench/gpu_session.sh timing-corpus # ~6 min: the whole timing corpus and the host-wait test
+#   bash bench/gpu_session.sh mlp-resident  # ~9.5 min: issue 17's resident MLP kernels: GPU
+#                                           #   tests, a sweep, whole bf16 steps
+#   bash bench/gpu_session.sh mlp-anatomy   # ~1 min: the MLP forward with parts removed, ncu
+#   bash bench/gpu_session.sh gemm-precision # ~1.5 min: fp32 products on tensor cores vs cuBLAS
+#   bash bench/gpu_session.sh mlp-bf16x3    # ~8 min: the fused MLP with bf16x3 fp32 products
 #   bash bench/gpu_session.sh held-ab       # ~6 min: the hold-page corpus entries, a sequential
 #                                           #   and an --overlap grade of the reference
 #   bash bench/gpu_session.sh tail          # ~8 min: a step's tail under the default and a
@@ -48,7 +54,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|held-close|held-corpus|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -123,6 +129,65 @@ case "$phase" in
 reference)
     versions > "$OUT/summary.txt" 2>&1
     suite reference-gpu 540 tests/test_reference_gpu.py | tee -a "$OUT/summary.txt"
+    ;;
+mlp-resident)
+    # Issue 17: the resident MLP kernels proven at production width, swept alone against eager
+    # and the chunked kernels, then whole bf16 steps with them against the reference and eager.
+    versions > "$OUT/summary.txt" 2>&1
+    suite mlp-gpu 170 -rA -m gpu tests/test_reference_mlp.py | tee -a "$OUT/summary.txt"
+    timeout 240 python3 bench/mlp_sweep.py --resident --modes bf16 --budget-s 200 \
+        --out-dir "$OUT" > "$OUT/mlp-resident.log" 2>&1
+    echo "mlp resident sweep: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    timeout $(( 575 - $(elapsed) )) python3 bench/step_limit.py --profile h200 --time \
+        --variants eager,reference,reference_resident_mlp --rounds 8 \
+        --shapes bfloat16:256x8192:d1,bfloat16:256x8192:d512 --out-dir "$OUT" \
+        --tag h200-resident > "$OUT/step-resident.log" 2>&1
+    echo "step limit: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    ;;
+mlp-anatomy)
+    # Issue 17: where the fused MLP forward's time goes (bench/mlp_anatomy.py's variants at
+    # 32- and 64-row tiles), then Nsight Compute on one launch of each variant where it exists.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 150 python3 bench/mlp_anatomy.py --out "$OUT" > "$OUT/mlp-anatomy.log" 2>&1
+    echo "anatomy 32-row tiles: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    timeout 100 python3 bench/mlp_anatomy.py --block-m 64 --programs-per-sm 1 \
+        --out "$OUT/bm64" >> "$OUT/mlp-anatomy.log" 2>&1
+    echo "anatomy 64-row tiles: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
+        2>/dev/null | head -n 1)
+    if [ -n "$ncu" ]; then
+        timeout $(( 560 - $(elapsed) )) "$ncu" --section SpeedOfLight \
+            --section ComputeWorkloadAnalysis --section WarpStateStats --section LaunchStats \
+            --section Occupancy -k regex:_anatomy python3 bench/mlp_anatomy.py --ncu \
+            > "$OUT/mlp-anatomy-ncu.txt" 2>&1
+        echo "ncu ($ncu): rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    else
+        echo "ncu: not found" | tee -a "$OUT/summary.txt"
+    fi
+    cat "$OUT"/mlp-anatomy-*.md "$OUT"/bm64/*.md 2>/dev/null | tee -a "$OUT/summary.txt"
+    ;;
+mlp-bf16x3)
+    # Issue 17: the fused MLP with fp32 products as three bf16 ones: GPU tests, the kernels'
+    # sweep against eager, and a whole fp32 step with them.
+    versions > "$OUT/summary.txt" 2>&1
+    suite mlp-gpu 200 -rA -m gpu tests/test_reference_mlp.py | tee -a "$OUT/summary.txt"
+    timeout 230 python3 bench/mlp_sweep.py --modes fp32-bf16x3 --budget-s 190 \
+        --out-dir "$OUT" > "$OUT/mlp-sweep.log" 2>&1
+    echo "mlp sweep: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    timeout $(( 560 - $(elapsed) )) python3 bench/step_limit.py --profile h200 --time \
+        --variants eager,reference,reference_bf16x3_mlp --rounds 8 \
+        --shapes float32:64x8192:d1 --out-dir "$OUT" --tag h200-bf16x3 \
+        > "$OUT/step-bf16x3.log" 2>&1
+    echo "step limit: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT"/mlp-sweep-*.md "$OUT"/step-limit-*.md 2>/dev/null | tee -a "$OUT/summary.txt"
+    ;;
+gemm-precision)
+    # Issue 17: fp32 row products on tensor cores (tf32x3, a bf16x3 split) against cuBLAS fp32,
+    # their speed and their error against fp64.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 400 python3 bench/gemm_precision.py --out "$OUT" > "$OUT/gemm-precision.log" 2>&1
+    echo "gemm precision: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT"/gemm-precision-*.md 2>/dev/null | tee -a "$OUT/summary.txt"
     ;;
 correctness)
     versions > "$OUT/summary.txt" 2>&1
@@ -285,6 +350,14 @@ held-corpus)
     suite gate-corpus $(( 580 - $(elapsed) )) -rA -n 4 tests/test_grader_gpu.py \
         | tee -a "$OUT/summary.txt"
     grep -hE "(PASSED|FAILED|ERROR)" "$OUT"/*-corpus.log | cut -c1-300 | tee -a "$OUT/summary.txt"
+    ;;
+timing-corpus)
+    # Issue 13 under the grade's defaults (spinning children, the process term): the whole
+    # timing corpus and the host-wait test, nothing else (~13 s an entry on an H200).
+    versions > "$OUT/summary.txt" 2>&1
+    suite timing-corpus 560 -rA tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    grep -hE "(PASSED|FAILED|ERROR)" "$OUT/timing-corpus.log" | cut -c1-300 \
+        | tee -a "$OUT/summary.txt"
     ;;
 held-ab)
     # Issue 13: the hold-page entries of the timing corpus, then one whole grade of the

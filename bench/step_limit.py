@@ -21,6 +21,8 @@ With ``--time``, every shape's full training step (forward, backward with a dens
 gradient, all four gradients) is timed for the chosen variants: ``eager`` (the frozen block),
 ``reference`` (`reference.block`), ``reference_fused_mlp`` (reference conv+norm with the fused
 MLP of `reference/mlp.py`, built here so it can be timed before the block is wired to it),
+``reference_resident_mlp`` (the same with the MLP's resident kernels, 64-row tiles),
+``reference_bf16x3_mlp`` (the chunked kernels with fp32 products as three bf16 ones),
 ``compile`` (torch.compile of the frozen block, default mode) and ``compile_max_autotune``
 (mode ``max-autotune-no-cudagraphs``). Interleaved rounds in carry-over-balanced orders, the L2
 flushed before every sample, CUDA events, host overhead included (as the grader times a step);
@@ -40,6 +42,7 @@ script needs CUDA and says so.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import platform
@@ -67,7 +70,8 @@ GEMMS_PER_STEP = 6
 COPY_BYTES = 1 << 30
 MATMUL_N = 8192
 RATE_REPS = 20
-VARIANTS = ("eager", "reference", "reference_fused_mlp", "compile", "compile_max_autotune")
+VARIANTS = ("eager", "reference", "reference_fused_mlp", "reference_resident_mlp",
+            "reference_bf16x3_mlp", "compile", "compile_max_autotune")
 DEFAULT_VARIANTS = ("eager", "reference", "compile", "compile_max_autotune")
 COMPILE_MODES = {"compile": None, "compile_max_autotune": "max-autotune-no-cudagraphs"}
 LIMIT_MODEL = (f"memory {MEMORY_PASSES}·N·e / copy; compute {GEMMS_PER_STEP}·2·(B·L)·C·(E·C) / "
@@ -293,14 +297,26 @@ def step_setup(shape: LimitShape, channels: int, device: torch.device) -> StepSe
     return StepSetup(channels, shape.dilation, dtype, device, state, x, grad)
 
 
-def _fused_mlp_step(block: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The reference block's forward with the MLP through `reference.mlp.fused_mlp`."""
+def _fused_mlp_step(block: torch.nn.Module, variant: str
+                    ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The reference block's forward with the MLP through `reference.mlp.fused_mlp`: the
+    heuristic plan (``reference_fused_mlp``), its resident kernels where the weights fit
+    (``reference_resident_mlp``) or its fp32 products split into bf16 (``..._bf16x3_mlp``)."""
     from reference.conv_norm import conv_norm
-    from reference.mlp import fused_mlp
+    from reference.mlp import MIN_BF16X3_BLOCK_N, fused_mlp, heuristic_mlp_plan
+    from reference.plans import device_info
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         yhat = conv_norm(x, block.conv.weight, block.dilation, block.eps, block.plan)
-        return fused_mlp(yhat, x, block.fc1.weight, block.fc2.weight, block.residual_scale)
+        hidden, channels = block.fc1.weight.shape
+        plan = heuristic_mlp_plan(device_info(x.device), x.dtype, x.numel() // channels,
+                                  channels, hidden)
+        if variant == "reference_resident_mlp":
+            plan = dataclasses.replace(plan, resident=True, block_m=64)
+        elif variant == "reference_bf16x3_mlp":
+            plan = dataclasses.replace(plan, fp32_precision="bf16x3",
+                                       block_n=max(plan.block_n, MIN_BF16X3_BLOCK_N))
+        return fused_mlp(yhat, x, block.fc1.weight, block.fc2.weight, block.residual_scale, plan)
 
     return forward
 
@@ -321,8 +337,8 @@ def time_steps(shape: LimitShape, variants: Sequence[str], channels: int, rounds
     for name in variants:
         cls = ReferenceBlock if name.startswith("reference") else FrozenBlock
         blocks[name] = setup.build(cls)
-        if name == "reference_fused_mlp":
-            forwards[name] = _fused_mlp_step(blocks[name])
+        if name in ("reference_fused_mlp", "reference_resident_mlp", "reference_bf16x3_mlp"):
+            forwards[name] = _fused_mlp_step(blocks[name], name)
         elif name in COMPILE_MODES:
             forwards[name] = torch.compile(blocks[name], mode=COMPILE_MODES[name])
         else:

@@ -34,19 +34,35 @@ chunk's pre-activation from ŷ on chip.
 - Backward, reduction (`_mlp_dw_reduce_kernel`): sums the P partial rows of every weight
   element in row order, in fp32, and casts to the weights' dtype.
 
-The weight gradients need a sum over all rows, and dyhat needs a sum over all hidden units, so no
-single grid serves both without atomics or a per-chunk dyhat in DRAM; the backward therefore
-recomputes a (and dact) in both kernels. Cost in matrix products of R·C·H: forward 2, backward
-3 (dyhat) + 4 (weights) = 7, against 4 for a backward that stores act and da (it would move
-2·R·H more elements, 4× the activation, each way).
+Resident variant (``MLPPlan.resident``, where both weights fit `RESIDENT_WEIGHT_BYTES`: half
+precision at the task's C = 128, H = 256). The chunked kernels above read every weight once per
+row tile, from L2: at 64-row tiles in bf16 that is 2 KiB of weights per row against the row's own
+256 bytes. The resident kernels are persistent (at most ``programs_per_sm`` programs per SM, each
+walking the row tiles pid, pid + P, …) and load W1 and W2 once per program, with all H hidden
+units in one product:
 
-Numerics: products run on `tl.dot` with fp32 accumulation; in fp32 with ``input_precision``
-from the plan ("ieee" by default, correct everywhere; "tf32x3" once proven on the GPU: plain TF32
-misses the fp32 budgets). The activation, GELU and its derivative are fp32; act_j and da_j are
-rounded to the input dtype only as the operands of the next product (as the eager block rounds
-them after each op). The residual add is fp32: with zero weights the accumulator is exactly 0,
-so out == x and every gradient but dx is exactly 0. Weight gradients are per-program fp32
-partials summed in a fixed order: no float atomics, bitwise reproducible run to run.
+- `_mlp_fwd_resident_kernel`: the forward above, unchunked.
+- `_mlp_bwd_rows_kernel`: a, dact, da and dyhat per row tile, and act and da stored (R × H in
+  ŷ's dtype, rounded exactly as the products read them), so
+- `_mlp_bwd_dw_kernel` with ``STORED`` reads them instead of recomputing: two products per
+  tile instead of four, for 4·R·H elements of DRAM traffic (write and read act and da).
+
+The weight gradients need a sum over all rows, and dyhat needs a sum over all hidden units, so no
+single grid serves both without atomics or a per-chunk dyhat in DRAM. Cost in matrix products of
+R·C·H: forward 2; the chunked backward recomputes a (and dact) in both kernels, 3 (dyhat) + 4
+(weights) = 7; the resident one stores act and da instead, 3 (rows) + 2 (weights) = 5, for
+4·R·H elements of DRAM traffic.
+
+Numerics: products accumulate in fp32 (`_dot`). fp32 inputs take the plan's precision: "ieee" by
+default, correct everywhere; "tf32x3" (tl.dot's); or "bf16x3", each operand split into bf16 hi + lo
+and three bf16 products, proven on an H200 within half of every fp32 budget (a plain Triton GEMM
+with the split ran 2.5× faster than cuBLAS's fp32 GEMM at the MLP's shapes:
+bench/gemm_precision.py). Plain TF32 misses the fp32 budgets. The activation, GELU and its
+derivative are fp32; act_j and da_j are rounded to the input dtype only as the operands of the next
+product (as the eager block rounds them after each op). The residual add is fp32: with zero weights
+the accumulator is exactly 0, so out == x and every gradient but dx is exactly 0. Weight gradients
+are per-program fp32 partials summed in a fixed order: no float atomics, bitwise reproducible run
+to run.
 
 References:
     Triton tutorial 03 (matrix multiplication) for the tiled `tl.dot` loop; Liger-Kernel
@@ -55,121 +71,30 @@ References:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
-from reference.plans import DeviceInfo, device_info, interpreting, next_pow2
+from reference.mlp_plan import (
+    MIN_BF16X3_BLOCK_N,
+    MIN_DOT,
+    MLPPlan,
+    heuristic_mlp_plan,
+    resident_fits,
+)
+from reference.plans import device_info, interpreting, next_pow2
 
 # The forward and dyhat kernels keep a BLOCK_M × next_pow2(C) fp32 accumulator in registers, and
 # the weight kernel two BLOCK_N × next_pow2(C) ones: wider rows do not fit a program.
 MAX_CHANNELS = 256
 # The weight kernel computes row indices in int32 (offsets are int64 everywhere).
 MAX_ROWS = 2**30
-# tl.dot needs every dimension ≥ 16 on the GPU.
-MIN_DOT = 16
-# fp32 product precisions a plan may ask for; "tf32" alone misses the fp32 budgets.
-FP32_PRECISIONS = ("ieee", "tf32x3")
 # Elements per program of the weight-gradient reduction.
 REDUCE_BLOCK = 1024
 
 # Test hook: when True, the launchers fill every float buffer they allocate with NaN before the
 # kernels run, so an element a kernel fails to write shows up as NaN instead of stale memory.
 POISON_OUTPUTS = False
-
-
-@dataclass(frozen=True)
-class MLPPlan:
-    """Every launch parameter of the fused MLP kernels.
-
-    Attributes:
-        block_m: Rows per tile (forward and dyhat kernels); a power of two ≥ 16.
-        block_n: Hidden units per chunk (all kernels); a power of two ≥ 16.
-        block_k: Channels per step of the contraction over C (forward and dyhat); a power of two
-            ≥ 16, clamped by the launcher to next_pow2(C).
-        num_warps: Warps per program of the forward and dyhat kernels.
-        num_stages: Software-pipelining depth passed to Triton (all product kernels).
-        dw_block_m: Rows per tile of the weight-gradient kernel; a power of two ≥ 16.
-        dw_num_warps: Warps per program of the weight-gradient kernel.
-        dw_groups: Row groups of the weight-gradient kernel (partials to reduce); the launcher
-            clamps it to the number of row tiles.
-        fp32_precision: ``tl.dot`` input precision for fp32 inputs, one of `FP32_PRECISIONS`
-            (ignored for bf16/fp16).
-    """
-
-    block_m: int = 64
-    block_n: int = 64
-    block_k: int = 128
-    num_warps: int = 4
-    num_stages: int = 2
-    dw_block_m: int = 64
-    dw_num_warps: int = 8
-    dw_groups: int = 64
-    fp32_precision: str = "ieee"
-
-    def __post_init__(self) -> None:
-        for name in ("block_m", "block_n", "block_k", "dw_block_m"):
-            value = getattr(self, name)
-            if value < MIN_DOT or value & (value - 1):
-                raise ValueError(f"MLPPlan.{name}={value} must be a power of two ≥ {MIN_DOT}")
-        for name in ("num_warps", "dw_num_warps"):
-            value = getattr(self, name)
-            if value < 1 or value & (value - 1):
-                raise ValueError(f"MLPPlan.{name}={value} must be a power of two ≥ 1")
-        for name in ("num_stages", "dw_groups"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"MLPPlan.{name}={getattr(self, name)} must be ≥ 1")
-        if self.fp32_precision not in FP32_PRECISIONS:
-            raise ValueError(
-                f"MLPPlan.fp32_precision={self.fp32_precision!r} must be one of {FP32_PRECISIONS}"
-            )
-
-
-def heuristic_mlp_plan(info: DeviceInfo, dtype: torch.dtype, rows: int, channels: int,
-                       hidden: int) -> MLPPlan:
-    """Launch parameters for a GPU (or the interpreter) without measurements.
-
-    Derivation (not yet timed; the GPU session that proves the kernels tunes these): tiles as in
-    Triton tutorial 03's matmul configurations, sized by registers. Half precision runs on
-    tensor cores, so it takes 128-row tiles over 8 warps (the BLOCK_M × 128 fp32 accumulator is
-    64 registers per thread); fp32 under "ieee" runs on FMA units, where a product tile costs
-    registers per thread in proportion, so it takes 64 × 32 at 4 warps. The contraction over C
-    takes all of C in one step up to 128 channels. The weight kernel keeps two BLOCK_N × C
-    accumulators, so it runs 64-row tiles over 8 warps; its row groups give about two programs
-    per SM over all hidden chunks, which keeps the workspace (groups × 2·H·C fp32) to a few MB. The
-    interpreter runs programs one after another at a cost per operation, so it gets small tiles
-    and two row groups (enough to exercise the reduction).
-
-    Args:
-        info: Device properties (`reference.plans.device_info`).
-        dtype: Input dtype.
-        rows: Rows of ŷ (batch·length).
-        channels: C.
-        hidden: H = E·C.
-
-    Returns:
-        A valid MLPPlan.
-    """
-    block_k = max(MIN_DOT, min(next_pow2(channels), 128))
-    if info.name == "cpu":
-        return MLPPlan(block_m=32, block_n=32, block_k=min(block_k, 32), num_warps=1,
-                       num_stages=1, dw_block_m=32, dw_num_warps=1, dw_groups=2)
-    half = dtype in (torch.bfloat16, torch.float16)
-    block_n = 64 if half else 32
-    chunks = -(-hidden // block_n)
-    row_tiles = -(-rows // 64)
-    return MLPPlan(
-        block_m=128 if half else 64,
-        block_n=block_n,
-        block_k=block_k,
-        num_warps=8 if half else 4,
-        num_stages=2,
-        dw_block_m=64,
-        dw_num_warps=8,
-        dw_groups=max(1, min(row_tiles, -(-2 * info.sm_count // chunks))),
-    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -189,6 +114,29 @@ def _gelu_and_grad(a):
     cdf = 0.5 * (1.0 + tl.math.erf(a * 0.7071067811865476))
     pdf = tl.exp(-0.5 * a * a) * 0.3989422804014327
     return a * cdf, cdf + a * pdf
+
+
+@triton.jit
+def _split_bf16(v):
+    """(hi, lo) in bf16 with hi + lo = v to ~16 significant bits (v fp32)."""
+    hi = v.to(tl.bfloat16)
+    return hi, (v - hi.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
+def _dot(a, b, acc, PRECISION: tl.constexpr):
+    """acc + a·b in fp32. ``"bf16x3"`` (fp32 operands): a_hi·b_hi + a_hi·b_lo + a_lo·b_hi on
+    bf16 tensor cores, small terms first; the dropped a_lo·b_lo is ~2⁻¹⁶ of each product (on an
+    H200 4.4e-6 relative L2 against fp64 at K = 128, 2.5× cuBLAS's fp32 GEMM:
+    bench/results/gemm-precision-h200-2026-12-03). Otherwise ``tl.dot``'s input precision."""
+    if PRECISION == "bf16x3":
+        a_hi, a_lo = _split_bf16(a)
+        b_hi, b_lo = _split_bf16(b)
+        acc = tl.dot(a_lo, b_hi, acc)
+        acc = tl.dot(a_hi, b_lo, acc)
+        return tl.dot(a_hi, b_hi, acc)
+    else:
+        return tl.dot(a, b, acc, input_precision=PRECISION)
 
 
 @triton.jit
@@ -220,7 +168,7 @@ def _rows_dot_units(
                     other=0.0)
         b = tl.load(B + k[:, None] * stride_bk + units[None, :] * stride_bu,
                     mask=k_ok[:, None] & unit_ok[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        acc = _dot(a, b, acc, DOT_PRECISION)
     return acc
 
 
@@ -261,11 +209,55 @@ def _mlp_fwd_kernel(
         # W2[c, u] as a (BLOCK_N, BLOCK_C) tile: units down, channels across.
         w2 = tl.load(W2 + units[:, None] + cols[None, :] * H,
                      mask=unit_ok[:, None] & col_ok[None, :], other=0.0)
-        acc = tl.dot(act.to(W2.dtype.element_ty), w2, acc, input_precision=DOT_PRECISION)
+        acc = _dot(act.to(W2.dtype.element_ty), w2, acc, DOT_PRECISION)
     offs = rows[:, None] * C + cols[None, :]
     ok = row_ok[:, None] & col_ok[None, :]
     x = tl.load(X + offs, mask=ok, other=0.0).to(tl.float32)
     tl.store(OUT + offs, (x + s * acc).to(OUT.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def _mlp_fwd_resident_kernel(
+    YHAT,  # (R, C) normalized input
+    X,  # (R, C) residual input
+    W1,  # (H, C)
+    W2,  # (C, H)
+    OUT,  # (R, C) output, x's dtype
+    R,
+    C,
+    H,
+    s,
+    n_tiles,  # ceil(R / BLOCK_M)
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_C: tl.constexpr,  # next_pow2(C), ≥ 16
+    BLOCK_H: tl.constexpr,  # next_pow2(H), ≥ 16
+):
+    """The forward of `_mlp_fwd_kernel` with both weights loaded once per program.
+
+    A program walks the row tiles pid, pid + P, …; W1ᵀ and W2ᵀ stay on chip for all of them, so
+    the weights cross L2 once per program instead of once per tile (at 64-row tiles in bf16 the
+    chunked kernel reads 2 KiB of weights per row, 8× the row's own bytes).
+    """
+    cols = tl.arange(0, BLOCK_C)
+    col_ok = cols < C
+    units = tl.arange(0, BLOCK_H)
+    unit_ok = units < H
+    w_ok = unit_ok[:, None] & col_ok[None, :]
+    # W1ᵀ (C, H) and W2ᵀ (H, C): padding loads as 0, so padded units give act = gelu(0) = 0
+    # against zero W2 rows, and padded channels add nothing.
+    w1t = tl.trans(tl.load(W1 + units[:, None] * C + cols[None, :], mask=w_ok, other=0.0))
+    w2t = tl.load(W2 + units[:, None] + cols[None, :] * H, mask=w_ok, other=0.0)
+    for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        rows = (t * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # R ≤ MAX_ROWS: no overflow
+        offs = rows[:, None] * C + cols[None, :]
+        ok = (rows < R)[:, None] & col_ok[None, :]
+        yhat = tl.load(YHAT + offs, mask=ok, other=0.0)
+        a = _dot(yhat, w1t, None, DOT_PRECISION)  # (M, H)
+        act = _gelu(a)
+        acc = _dot(act.to(W2.dtype.element_ty), w2t, None, DOT_PRECISION)
+        x = tl.load(X + offs, mask=ok, other=0.0).to(tl.float32)
+        tl.store(OUT + offs, (x + s * acc).to(OUT.dtype.element_ty), mask=ok)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -307,10 +299,58 @@ def _mlp_bwd_dyhat_kernel(
         da = s * dact * dgelu
         w1 = tl.load(W1 + units[:, None] * C + cols[None, :],
                      mask=unit_ok[:, None] & col_ok[None, :], other=0.0)
-        dyhat = tl.dot(da.to(W1.dtype.element_ty), w1, dyhat, input_precision=DOT_PRECISION)
+        dyhat = _dot(da.to(W1.dtype.element_ty), w1, dyhat, DOT_PRECISION)
     offs = rows[:, None] * C + cols[None, :]
     tl.store(DYHAT + offs, dyhat.to(DYHAT.dtype.element_ty),
              mask=row_ok[:, None] & col_ok[None, :])
+
+
+@triton.jit
+def _mlp_bwd_rows_kernel(
+    YHAT,  # (R, C) forward input ŷ
+    G,  # (R, C) upstream gradient g, ŷ's dtype
+    W1,  # (H, C)
+    W2,  # (C, H)
+    DYHAT,  # (R, C) output
+    ACT,  # (R, H) output: gelu(a), ŷ's dtype
+    DA,  # (R, H) output: da, ŷ's dtype
+    R,
+    C,
+    H,
+    s,
+    n_tiles,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
+    """dyhat of `_mlp_bwd_dyhat_kernel` with both weights loaded once per program, and act and
+    da stored (rounded to ŷ's dtype, as every product reads them) for the weight kernel."""
+    cols = tl.arange(0, BLOCK_C)
+    col_ok = cols < C
+    units = tl.arange(0, BLOCK_H)
+    unit_ok = units < H
+    w_ok = unit_ok[:, None] & col_ok[None, :]
+    w1 = tl.load(W1 + units[:, None] * C + cols[None, :], mask=w_ok, other=0.0)  # (H, C)
+    w2 = tl.load(W2 + units[None, :] + cols[:, None] * H, mask=col_ok[:, None] & unit_ok[None, :],
+                 other=0.0)  # (C, H)
+    for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        rows = (t * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # R ≤ MAX_ROWS: no overflow
+        row_ok = rows < R
+        offs = rows[:, None] * C + cols[None, :]
+        ok = row_ok[:, None] & col_ok[None, :]
+        yhat = tl.load(YHAT + offs, mask=ok, other=0.0)
+        g = tl.load(G + offs, mask=ok, other=0.0)
+        a = _dot(yhat, tl.trans(w1), None, DOT_PRECISION)  # (M, H)
+        dact = _dot(g, w2, None, DOT_PRECISION)  # (M, H)
+        act, dgelu = _gelu_and_grad(a)
+        da = (s * dact * dgelu).to(YHAT.dtype.element_ty)
+        dyhat = _dot(da, w1, None, DOT_PRECISION)  # (M, C)
+        tl.store(DYHAT + offs, dyhat.to(DYHAT.dtype.element_ty), mask=ok)
+        h_offs = rows[:, None] * H + units[None, :]
+        h_ok = row_ok[:, None] & unit_ok[None, :]
+        tl.store(ACT + h_offs, act.to(ACT.dtype.element_ty), mask=h_ok)
+        tl.store(DA + h_offs, da, mask=h_ok)
 
 
 @triton.jit
@@ -319,6 +359,8 @@ def _mlp_bwd_dw_kernel(
     G,  # (R, C) upstream gradient g, ŷ's dtype
     W1,  # (H, C)
     W2,  # (C, H)
+    ACT,  # (R, H) act from `_mlp_bwd_rows_kernel` (read only when STORED)
+    DA,  # (R, H) da from `_mlp_bwd_rows_kernel` (read only when STORED)
     DWPART,  # (P, 2·H·C) fp32 partials: dW1 (H, C) then dW2 (C, H), one row per row group
     R,
     C,
@@ -331,6 +373,7 @@ def _mlp_bwd_dw_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_C: tl.constexpr,
+    STORED: tl.constexpr,  # read act and da instead of recomputing them (two products, not four)
 ):
     """Partial dW1[chunk] and dW2[:, chunk] over the row tiles p, p + P, … of one row group."""
     pid = tl.program_id(0)
@@ -351,14 +394,19 @@ def _mlp_bwd_dw_kernel(
         offs = rows[:, None] * C + cols[None, :]
         yhat = tl.load(YHAT + offs, mask=ok, other=0.0)
         g = tl.load(G + offs, mask=ok, other=0.0)
-        a = tl.dot(yhat, tl.trans(w1), input_precision=DOT_PRECISION)  # (M, N)
-        dact = tl.dot(g, tl.trans(w2t), input_precision=DOT_PRECISION)  # (M, N)
-        act, dgelu = _gelu_and_grad(a)
-        da = s * dact * dgelu
-        dw1 = tl.dot(tl.trans(da.to(YHAT.dtype.element_ty)), yhat, dw1,
-                     input_precision=DOT_PRECISION)
-        dw2t = tl.dot(tl.trans(act.to(YHAT.dtype.element_ty)), g, dw2t,
-                      input_precision=DOT_PRECISION)
+        if STORED:
+            h_offs = rows[:, None] * H + units[None, :]
+            h_ok = (rows < R)[:, None] & unit_ok[None, :]
+            da_t = tl.load(DA + h_offs, mask=h_ok, other=0.0)
+            act_t = tl.load(ACT + h_offs, mask=h_ok, other=0.0)
+        else:
+            a = _dot(yhat, tl.trans(w1), None, DOT_PRECISION)  # (M, N)
+            dact = _dot(g, tl.trans(w2t), None, DOT_PRECISION)  # (M, N)
+            act, dgelu = _gelu_and_grad(a)
+            da_t = (s * dact * dgelu).to(YHAT.dtype.element_ty)
+            act_t = act.to(YHAT.dtype.element_ty)
+        dw1 = _dot(tl.trans(da_t), yhat, dw1, DOT_PRECISION)
+        dw2t = _dot(tl.trans(act_t), g, dw2t, DOT_PRECISION)
     P_row = DWPART + p.to(tl.int64) * 2 * H * C
     tl.store(P_row + units[:, None] * C + cols[None, :], dw1, mask=w_ok)
     tl.store(P_row + H * C + units[:, None] + cols[None, :] * H, s * dw2t, mask=w_ok)
@@ -436,6 +484,12 @@ def _resolve_plan(plan: MLPPlan | None, x: torch.Tensor, w1: torch.Tensor) -> ML
                               w1.shape[0])
 
 
+def _resident_grid(plan: MLPPlan, device: torch.device, rows: int) -> tuple[int, int]:
+    """(row tiles, programs) of a resident launch: at most ``programs_per_sm`` per SM."""
+    n_tiles = triton.cdiv(rows, plan.block_m)
+    return n_tiles, max(1, min(n_tiles, plan.programs_per_sm * device_info(device).sm_count))
+
+
 def _launch_args(plan: MLPPlan, dtype: torch.dtype, channels: int) -> dict[str, object]:
     """Constexprs shared by the product kernels."""
     block_c = max(MIN_DOT, next_pow2(channels))
@@ -479,6 +533,15 @@ def mlp_forward(
     rows = x2.shape[0]
     out = _empty(tuple(x2.shape), x.dtype, x.device)
     args = _launch_args(plan, x.dtype, channels)
+    if plan.resident and resident_fits(x.dtype, channels, hidden):
+        n_tiles, programs = _resident_grid(plan, x.device, rows)
+        _mlp_fwd_resident_kernel[(programs,)](
+            yhat2, x2, w1.contiguous(), w2.contiguous(), out,
+            rows, channels, hidden, float(residual_scale), n_tiles,
+            BLOCK_M=plan.block_m, BLOCK_H=max(MIN_DOT, next_pow2(hidden)),
+            num_warps=plan.resident_warps, **args,
+        )
+        return out.view(x.shape)
     _mlp_fwd_kernel[(triton.cdiv(rows, plan.block_m),)](
         yhat2, x2, w1.contiguous(), w2.contiguous(), out,
         rows, channels, hidden, float(residual_scale),
@@ -507,7 +570,8 @@ def mlp_backward(
         w2: (C, H).
         residual_scale: s.
         plan: Launch parameters; None picks `heuristic_mlp_plan`'s.
-        need_dyhat: Launch the dyhat kernel (else return None for it).
+        need_dyhat: Launch the dyhat kernel (else return None for it; a resident plan runs its
+            rows kernel anyway when ``need_dw``: it stores what the weight kernel reads).
         need_dw: Launch the weight-gradient kernel and its reduction (else None, None).
 
     Returns:
@@ -527,7 +591,21 @@ def mlp_backward(
     s = float(residual_scale)
     args = _launch_args(plan, yhat.dtype, channels)
     dyhat = dw1 = dw2 = None
-    if need_dyhat:
+    # Resident: one kernel gives dyhat and stores act and da, which the weight kernel reads.
+    stored = plan.resident and resident_fits(yhat.dtype, channels, hidden)
+    act = da = yhat2  # placeholders the weight kernel does not read unless stored
+    if stored:
+        dyhat = _empty(tuple(yhat2.shape), yhat.dtype, yhat.device)
+        act = _empty((rows, hidden), yhat.dtype, yhat.device)
+        da = _empty((rows, hidden), yhat.dtype, yhat.device)
+        n_tiles, programs = _resident_grid(plan, yhat.device, rows)
+        _mlp_bwd_rows_kernel[(programs,)](
+            yhat2, g2, w1, w2, dyhat, act, da, rows, channels, hidden, s, n_tiles,
+            BLOCK_M=plan.block_m, BLOCK_H=max(MIN_DOT, next_pow2(hidden)),
+            num_warps=plan.resident_warps, **args,
+        )
+        dyhat = dyhat.view(yhat.shape) if need_dyhat else None
+    elif need_dyhat:
         dyhat = _empty(tuple(yhat2.shape), yhat.dtype, yhat.device)
         _mlp_bwd_dyhat_kernel[(triton.cdiv(rows, plan.block_m),)](
             yhat2, g2, w1, w2, dyhat, rows, channels, hidden, s,
@@ -542,8 +620,9 @@ def mlp_backward(
         # Every program writes its whole partial row before the reduction reads it: no zeroing.
         part = _empty((groups, 2 * hidden * channels), torch.float32, yhat.device)
         _mlp_bwd_dw_kernel[(groups * n_chunks,)](
-            yhat2, g2, w1, w2, part, rows, channels, hidden, s, n_row_tiles, groups, n_chunks,
-            BLOCK_M=plan.dw_block_m, BLOCK_N=plan.block_n, num_warps=plan.dw_num_warps, **args,
+            yhat2, g2, w1, w2, act, da, part, rows, channels, hidden, s, n_row_tiles, groups,
+            n_chunks, BLOCK_M=plan.dw_block_m, BLOCK_N=plan.block_n,
+            num_warps=plan.dw_num_warps, STORED=stored, **args,
         )
         dw1 = _empty(tuple(w1.shape), w1.dtype, w1.device)
         dw2 = _empty(tuple(w2.shape), w2.dtype, w2.device)
@@ -609,10 +688,12 @@ def fused_mlp(
 
 
 __all__ = [
+    "MIN_BF16X3_BLOCK_N",
     "FusedMLP",
     "MLPPlan",
     "fused_mlp",
     "heuristic_mlp_plan",
     "mlp_backward",
     "mlp_forward",
+    "resident_fits",
 ]

@@ -228,7 +228,8 @@ def accuracy_specs(dtype: str) -> list[dict[str, Any]]:
 def plan_specs() -> list[dict[str, Any]]:
     """Plans the heuristic does not pick: several contraction steps over C (BLOCK_K < C), 16-unit
     chunks, three uneven row groups of 16-row tiles, more groups than tiles, "tf32x3" (the
-    interpreter ignores the precision: plumbing only), negative and zero residual scales."""
+    interpreter ignores the precision: plumbing only), "bf16x3", negative and zero residual
+    scales."""
     small = {"block_m": 16, "block_n": 16, "block_k": 16, "num_warps": 1, "num_stages": 1,
              "dw_block_m": 16, "dw_num_warps": 1, "dw_groups": 3}
     base = {"kind": "accuracy", "batch": 2, "length": 37, "channels": 33, "dtype": "float32"}
@@ -237,20 +238,43 @@ def plan_specs() -> list[dict[str, Any]]:
         {**base, "seed": 32, "plan": {**small, "dw_groups": 100}, "s": -1.5},
         {**base, "seed": 33, "plan": {**small, "fp32_precision": "tf32x3"}},
         {**base, "seed": 34, "dtype": "float16", "plan": small, "s": 0.0},
+        # The bf16 split runs in the interpreter with the GPU's bf16 arithmetic: a real check.
+        {**base, "seed": 38, "plan": {**small, "fp32_precision": "bf16x3", "block_n": 64},
+         "s": -1.5},
+    ] + resident_specs()
+
+
+# The resident kernels on the interpreter's one "SM": two programs, each walking several tiles.
+RESIDENT = {"block_m": 16, "block_n": 16, "block_k": 16, "num_warps": 1, "num_stages": 1,
+            "dw_block_m": 16, "dw_num_warps": 1, "dw_groups": 3, "resident": True,
+            "resident_warps": 1, "programs_per_sm": 2}
+
+
+def resident_specs() -> list[dict[str, Any]]:
+    """Resident plans: C = 33 (padded channels), H = 27 (padded units), 74 and 63 rows (partial
+    last tiles), a negative scale, every dtype."""
+    base = {"kind": "accuracy", "batch": 2, "length": 37, "channels": 33, "plan": RESIDENT}
+    return [
+        {**base, "seed": 35, "dtype": "float32"},
+        {**base, "seed": 39, "dtype": "float32",
+         "plan": {**RESIDENT, "fp32_precision": "bf16x3", "block_n": 64}},
+        {**base, "seed": 36, "dtype": "bfloat16", "channels": 9, "expansion": 3},
+        {**base, "seed": 37, "dtype": "float16", "batch": 1, "length": 63, "channels": 16,
+         "plan": {**RESIDENT, "block_m": 32}, "s": -1.5},
     ]
 
 
 def determinism_specs() -> list[dict[str, Any]]:
+    chunked = {"block_m": 16, "block_n": 32, "block_k": 32, "dw_block_m": 16, "dw_groups": 2,
+               "num_warps": 1, "dw_num_warps": 1, "num_stages": 1}
     return [{"kind": "determinism", "batch": 3, "length": 29, "channels": 33, "dtype": dtype,
-             "seed": 41, "plan": {"block_m": 16, "block_n": 32, "block_k": 32,
-                                  "dw_block_m": 16, "dw_groups": 2, "num_warps": 1,
-                                  "dw_num_warps": 1, "num_stages": 1}}
-            for dtype in DTYPE_NAMES]
+             "seed": 41, "plan": plan}
+            for dtype in DTYPE_NAMES for plan in (chunked, RESIDENT)]
 
 
 def identity_specs() -> list[dict[str, Any]]:
     return [{"kind": "identity", "batch": 2, "length": 17, "channels": c, "dtype": dtype,
-             "seed": 51, "s": s}
+             "seed": 51, "s": s, **({"plan": RESIDENT} if c == 33 else {})}
             for dtype in DTYPE_NAMES for c, s in ((9, 0.5), (33, 1.0))]
 
 
@@ -309,7 +333,8 @@ def test_fused_mlp_matches_fp64(interpreted: dict, dtype: str) -> None:
 
 
 def test_fused_mlp_plans(interpreted: dict) -> None:
-    """Multi-step contraction, small chunks, uneven and clamped row groups, tf32x3, s ∈ {−1.5, 0}."""
+    """Multi-step contraction, small chunks, uneven and clamped row groups, tf32x3, s ∈ {−1.5, 0},
+    and the resident kernels (`resident_specs`)."""
     assert_within(GROUPS["plans"], interpreted["plans"].result(timeout=TIMEOUT_S * len(GROUPS)))
 
 
@@ -381,6 +406,24 @@ def test_plan_validation() -> None:
         MLPPlan(dw_groups=0)
     with pytest.raises(ValueError, match="'tf32'"):
         MLPPlan(fp32_precision="tf32")
+    with pytest.raises(ValueError, match="block_n=32 must be ≥ 64 under fp32_precision='bf16x3'"):
+        MLPPlan(block_n=32, fp32_precision="bf16x3")
+    with pytest.raises(ValueError, match="resident_warps=3"):
+        MLPPlan(resident_warps=3)
+    with pytest.raises(ValueError, match="programs_per_sm=0"):
+        MLPPlan(programs_per_sm=0)
+    MLPPlan(block_n=64, fp32_precision="bf16x3", resident=True)
+
+
+def test_resident_fits_by_weight_bytes() -> None:
+    """Both weights, padded to powers of two, within RESIDENT_WEIGHT_BYTES: the task's width in
+    half precision (exactly 128 KiB), not in fp32; any dtype at small widths."""
+    from reference.mlp import resident_fits
+
+    assert resident_fits(torch.bfloat16, 128, 256) and resident_fits(torch.float16, 128, 256)
+    assert not resident_fits(torch.float32, 128, 256)
+    assert not resident_fits(torch.bfloat16, 129, 258)  # pads to 256 × 512
+    assert resident_fits(torch.float32, 33, 66)
 
 
 def test_heuristic_plan() -> None:
@@ -401,7 +444,8 @@ def test_heuristic_plan() -> None:
 
 # --- GPU checks (in-process) ---------------------------------------------------------------------
 
-GPU_SHAPES = [(dtype, precision) for dtype in DTYPE_NAMES for precision in ("ieee", "tf32x3")
+GPU_SHAPES = [(dtype, precision) for dtype in DTYPE_NAMES
+              for precision in ("ieee", "tf32x3", "bf16x3")
               if dtype == "float32" or precision == "ieee"]
 
 
@@ -409,16 +453,38 @@ GPU_SHAPES = [(dtype, precision) for dtype in DTYPE_NAMES for precision in ("iee
 @pytest.mark.parametrize(("dtype", "precision"), GPU_SHAPES)
 def test_gpu_production_shapes(dtype: str, precision: str) -> None:
     """C = 128 at 8·4096 rows and an odd 3·1000 + C = 33, each within half the budget, and
-    dW1/dW2 bitwise reproducible (tf32x3 is the accuracy claim this proves or refutes)."""
+    dW1/dW2 bitwise reproducible (tf32x3 and bf16x3 are the accuracy claims this proves or
+    refutes)."""
     from reference.mlp import heuristic_mlp_plan
     from reference.plans import device_info
 
     for batch, length, channels in ((8, 4096, 128), (3, 1000, 33)):
         plan = heuristic_mlp_plan(device_info("cuda"), getattr(torch, dtype), batch * length,
                                   channels, 2 * channels)
+        chunks = {"block_n": max(plan.block_n, 64)} if precision == "bf16x3" else {}
         spec = {"batch": batch, "length": length, "channels": channels, "dtype": dtype,
                 "seed": 71, "device": "cuda",
-                "plan": {**asdict(plan), "fp32_precision": precision}}
+                "plan": {**asdict(plan), "fp32_precision": precision, **chunks}}
+        assert_within([spec], [accuracy_check(spec)])
+        assert_within([spec], [determinism_check(spec)], limit=0.0)
+        assert_within([spec], [identity_check(spec)], limit=0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_resident_production_shapes(dtype: str) -> None:
+    """The resident kernels (weights on chip, act and da stored) at C = 128 over 8·4096 rows and
+    an odd 3·1000 rows with C = 33: within half the budget, bitwise reproducible, the identity."""
+    from reference.mlp import heuristic_mlp_plan, resident_fits
+    from reference.plans import device_info
+
+    assert resident_fits(getattr(torch, dtype), 128, 256)
+    for batch, length, channels in ((8, 4096, 128), (3, 1000, 33)):
+        plan = heuristic_mlp_plan(device_info("cuda"), getattr(torch, dtype), batch * length,
+                                  channels, 2 * channels)
+        spec = {"batch": batch, "length": length, "channels": channels, "dtype": dtype,
+                "seed": 72, "device": "cuda",
+                "plan": {**asdict(plan), "resident": True, "block_m": 64}}
         assert_within([spec], [accuracy_check(spec)])
         assert_within([spec], [determinism_check(spec)], limit=0.0)
         assert_within([spec], [identity_check(spec)], limit=0.0)
