@@ -39,6 +39,7 @@
 #   bash bench/gpu_session.sh mlp-anatomy   # ~1 min: the MLP forward with parts removed, ncu
 #   bash bench/gpu_session.sh gemm-precision # ~1.5 min: fp32 products on tensor cores vs cuBLAS
 #   bash bench/gpu_session.sh mlp-bf16x3    # ~8 min: the fused MLP with bf16x3 fp32 products
+#   bash bench/gpu_session.sh split-mlp     # ~6 min: the block's split_mlp proven and timed
 #   bash bench/gpu_session.sh held-ab       # ~6 min: the hold-page corpus entries, a sequential
 #                                           #   and an --overlap grade of the reference
 #   bash bench/gpu_session.sh tail          # ~8 min: a step's tail under the default and a
@@ -54,7 +55,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -180,6 +181,20 @@ mlp-bf16x3)
         > "$OUT/step-bf16x3.log" 2>&1
     echo "step limit: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
     cat "$OUT"/mlp-sweep-*.md "$OUT"/step-limit-*.md 2>/dev/null | tee -a "$OUT/summary.txt"
+    ;;
+split-mlp)
+    # Issue 17, next: the reference block with split_mlp (both linears as three bf16 products in
+    # fp32) proven on the GPU, then whole steps against the reference and eager in both dtypes
+    # (and the fused MLP under bf16x3, which ran out of time on 2026-12-03).
+    versions > "$OUT/summary.txt" 2>&1
+    suite split-gpu 150 -rA -m gpu tests/test_reference_split_linear.py \
+        | tee -a "$OUT/summary.txt"
+    timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 bench/step_limit.py --profile h200 \
+        --time --variants eager,reference,reference_split_mlp,reference_bf16x3_mlp --rounds 8 \
+        --shapes float32:64x8192:d1,float32:64x8192:d512,bfloat16:256x8192:d1 \
+        --out-dir "$OUT" --tag h200-split > "$OUT/step-split.log" 2>&1
+    echo "step limit: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT"/step-limit-*.md 2>/dev/null | tee -a "$OUT/summary.txt"
     ;;
 gemm-precision)
     # Issue 17: fp32 row products on tensor cores (tf32x3, a bf16x3 split) against cuBLAS fp32,

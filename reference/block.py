@@ -9,6 +9,11 @@ no PyTorch fallback for conv or norm anywhere.
 The residual add is folded into the second linear: ``out = x + s·(act·W2ᵀ) = addmm(x, act,
 (s·W2)ᵀ)``. That is one cuBLAS call instead of a matmul, a scale and an add (the scale lands on
 the small weight, not on the activation), and with zero weights it returns x bit for bit.
+
+``split_mlp`` (off by default) runs both linears through `reference.split_linear` instead: fp32
+products as three bf16 tensor-core products, 2.5× cuBLAS's fp32 GEMM at these shapes on an H200
+in isolation (bench/results/gemm-precision-h200-2026-12-03). It becomes the default only once a
+whole step with it is measured faster (`bench/step_limit.py`'s ``reference_split_mlp``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from torch import nn
 
 from reference.conv_norm import conv_norm
 from reference.plans import Plan
+from reference.split_linear import split_linear
 
 
 class DilatedResidualBlock(nn.Module):
@@ -63,6 +69,8 @@ class DilatedResidualBlock(nn.Module):
         self.fc2 = nn.Linear(expansion * channels, channels, bias=False)
         # Launch parameters; None lets `reference.plans.plan_for` choose per input.
         self.plan: Plan | None = None
+        # Both linears through `reference.split_linear` instead of cuBLAS (module docstring).
+        self.split_mlp = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block.
@@ -81,9 +89,12 @@ class DilatedResidualBlock(nn.Module):
                 f"x.shape={tuple(x.shape)} must be (batch, length, channels={self.channels})"
             )
         yhat = conv_norm(x, self.conv.weight, self.dilation, self.eps, self.plan)
-        act = F.gelu(F.linear(yhat, self.fc1.weight))
         rows = x.shape[0] * x.shape[1]
         w2 = self.fc2.weight * self.residual_scale
+        if self.split_mlp:
+            act = F.gelu(split_linear(yhat, self.fc1.weight))
+            return x + split_linear(act, w2)
+        act = F.gelu(F.linear(yhat, self.fc1.weight))
         out = torch.addmm(x.reshape(rows, self.channels), act.reshape(rows, -1), w2.t())
         return out.view_as(x)
 

@@ -95,7 +95,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
 
     Spec keys: case (name), seed (public), optional dtype, batch, length, dilation (override
     the case's), optional plan, device (default "cpu"), optional plain (also report the frozen
-    PyTorch block's utilisation on the same inputs, under ``plain_<check>`` keys).
+    PyTorch block's utilisation on the same inputs, under ``plain_<check>`` keys), optional
+    split_mlp (the reference block's ``split_mlp``).
     """
     import reference.conv_norm as cn
     from reference.block import DilatedResidualBlock
@@ -123,6 +124,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
         block.load_state_dict(inp.state_dict())
         if plan is not None:
             block.plan = plan
+        if spec.get("split_mlp"):
+            block.split_mlp = True
         x = inp.x.clone().requires_grad_()
         out = block(x)
         out.backward(inp.grad_out)
@@ -139,8 +142,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
 def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     """Zero fc weights: out == x and x.grad == grad_out bit for bit, other grads exactly 0.
 
-    Spec keys: batch, length, channels, dilation, dtype, seed, device (default "cpu").
-    Returns 0.0 per check that holds exactly, inf per check that does not.
+    Spec keys: batch, length, channels, dilation, dtype, seed, device (default "cpu"), optional
+    split_mlp. Returns 0.0 per check that holds exactly, inf per check that does not.
     """
     from reference.block import DilatedResidualBlock
 
@@ -154,6 +157,7 @@ def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     state["fc1.weight"] = torch.zeros_like(state["fc1.weight"])
     state["fc2.weight"] = torch.zeros_like(state["fc2.weight"])
     block.load_state_dict(state)
+    block.split_mlp = bool(spec.get("split_mlp"))
     x = inp.x.clone().requires_grad_()
     out = block(x)
     out.backward(inp.grad_out)
