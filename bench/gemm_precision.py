@@ -3,15 +3,19 @@
 Issue 17's fp32 target needs the MLP's six products faster than cuBLAS's fp32 GEMM (no TF32):
 that is the compute floor the step limit divides by. `reference/mlp.py` offers ``tl.dot``'s
 ``tf32x3``, which ran at ~34 TFLOP/s inside the fused kernel (bench/results/reference-v2-h200-
-2026-12-02), below cuBLAS's ~50. This script times the MLP's two row products alone, as a plain
-tiled Triton matmul (C = A·B, fp32 in and out, fp32 accumulation) under four precisions:
+2026-12-02), below cuBLAS's ~50. This script times the MLP's two row products alone, through the
+reference's own tiled Triton matmul (`reference.split_linear.matmul`: C = A·B, fp32 in and out,
+fp32 accumulation) under four precisions:
 
 - ``ieee``: fp32 FMA, the accuracy to keep;
 - ``tf32``: one TF32 product (misses the fp32 budgets, for scale);
 - ``tf32x3``: Triton's split, three TF32 products;
-- ``bf16x3``: A = A_hi + A_lo and B = B_hi + B_lo in bf16 (split in registers by
-  `reference.mlp._split_bf16`), and A_hi·B_hi + A_hi·B_lo + A_lo·B_hi as three bf16 products
-  (~16 bits of each operand kept), as `reference.mlp._dot` does.
+- ``bf16x3``: A = A_hi + A_lo and B = B_hi + B_lo in bf16 (split in registers), and
+  A_hi·B_hi + A_hi·B_lo + A_lo·B_hi as three bf16 products (~16 bits of each operand kept):
+  `reference.mlp._dot`, as the reference's fp32 layer runs them.
+
+The results of 2026-12-03 (bench/results/gemm-precision-h200-2026-12-03) came from an earlier
+form of this script with a kernel of its own (the same loop, without K and N masks).
 
 beside cuBLAS (``torch.mm``, fp32 without TF32, and bf16). Each precision's error is measured
 against fp64 on the first 8192 rows: relative L2 and the largest absolute error over the largest
@@ -33,13 +37,12 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from reference.mlp import _split_bf16  # noqa: E402
+from reference import split_linear  # noqa: E402
 
-PRECISIONS = {"ieee": 0, "tf32": 1, "tf32x3": 2, "bf16x3": 3}
+PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3")
 # The MLP's row products at C = 128, H = 256: fc1 (K = C, N = H) and fc2 (K = H, N = C).
 PRODUCTS = {"fc1 (K=128, N=256)": (128, 256), "fc2 (K=256, N=128)": (256, 128)}
 GRID = [dict(block_m=m, block_n=n, block_k=k, num_warps=w, num_stages=s)
@@ -47,43 +50,10 @@ GRID = [dict(block_m=m, block_n=n, block_k=k, num_warps=w, num_stages=s)
 CHECK_ROWS = 8192
 
 
-@triton.jit
-def _matmul_kernel(A, B, C, M, N, K, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """C = A·B for row-major A (M, K), B (K, N), C (M, N); K and N multiples of the blocks."""
-    pid_n = tl.program_id(1)
-    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < M
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k = k0 + tl.arange(0, BLOCK_K)
-        a = tl.load(A + rows[:, None] * K + k[None, :], mask=row_ok[:, None], other=0.0)
-        b = tl.load(B + k[:, None] * N + cols[None, :])
-        if PREC == 0:
-            acc = tl.dot(a, b, acc, input_precision="ieee")
-        elif PREC == 1:
-            acc = tl.dot(a, b, acc, input_precision="tf32")
-        elif PREC == 2:
-            acc = tl.dot(a, b, acc, input_precision="tf32x3")
-        else:
-            a_hi, a_lo = _split_bf16(a)
-            b_hi, b_lo = _split_bf16(b)
-            acc = tl.dot(a_lo, b_hi, acc)
-            acc = tl.dot(a_hi, b_lo, acc)
-            acc = tl.dot(a_hi, b_hi, acc)
-    tl.store(C + rows[:, None] * N + cols[None, :], acc, mask=row_ok[:, None])
-
-
 def matmul(a: torch.Tensor, b: torch.Tensor, precision: str, cfg: dict) -> torch.Tensor:
-    m, k = a.shape
-    n = b.shape[1]
-    c = torch.empty(m, n, device=a.device, dtype=torch.float32)
-    grid = (triton.cdiv(m, cfg["block_m"]), n // cfg["block_n"])
-    _matmul_kernel[grid](a, b, c, m, n, k, PREC=PRECISIONS[precision],
-                         BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"], BLOCK_K=cfg["block_k"],
-                         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    return c
+    """a·b through the reference's own kernel (`reference.split_linear.matmul`) under
+    ``precision``, with the tiles of ``cfg``."""
+    return split_linear.matmul(a, b, split_linear.SplitLinearPlan(**cfg), precision=precision)
 
 
 def errors(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.plans import DeviceInfo, next_pow2
+from reference.plans import DeviceInfo, check_plan_fields, next_pow2
 
 # tl.dot needs every dimension ≥ 16 on the GPU.
 MIN_DOT = 16
@@ -71,17 +71,10 @@ class MLPPlan:
     programs_per_sm: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("block_m", "block_n", "block_k", "dw_block_m"):
-            value = getattr(self, name)
-            if value < MIN_DOT or value & (value - 1):
-                raise ValueError(f"MLPPlan.{name}={value} must be a power of two ≥ {MIN_DOT}")
-        for name in ("num_warps", "dw_num_warps", "resident_warps"):
-            value = getattr(self, name)
-            if value < 1 or value & (value - 1):
-                raise ValueError(f"MLPPlan.{name}={value} must be a power of two ≥ 1")
-        for name in ("num_stages", "dw_groups", "programs_per_sm"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"MLPPlan.{name}={getattr(self, name)} must be ≥ 1")
+        check_plan_fields(
+            self, {**dict.fromkeys(("block_m", "block_n", "block_k", "dw_block_m"), MIN_DOT),
+                   **dict.fromkeys(("num_warps", "dw_num_warps", "resident_warps"), 1)},
+            ("num_stages", "dw_groups", "programs_per_sm"))
         if self.fp32_precision == "bf16x3" and self.block_n < MIN_BF16X3_BLOCK_N:
             raise ValueError(f"MLPPlan.block_n={self.block_n} must be ≥ {MIN_BF16X3_BLOCK_N} "
                              "under fp32_precision='bf16x3' (see MIN_BF16X3_BLOCK_N)")

@@ -63,6 +63,24 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+def check_plan_fields(plan: object, pow2: dict[str, int], at_least_one: tuple[str, ...]) -> None:
+    """The launch-plan dataclasses' field checks, one message shape for all of them.
+
+    Raises:
+        ValueError: A field of ``pow2`` that is not a power of two ≥ its minimum, or one of
+            ``at_least_one`` below 1, named with the plan's class and its value.
+    """
+    kind = type(plan).__name__
+    for name, minimum in pow2.items():
+        value = getattr(plan, name)
+        if value < minimum or not _is_pow2(value):
+            raise ValueError(f"{kind}.{name}={value} must be a power of two ≥ {minimum}")
+    for name in at_least_one:
+        value = getattr(plan, name)
+        if value < 1:
+            raise ValueError(f"{kind}.{name}={value} must be ≥ 1")
+
+
 @dataclass(frozen=True)
 class Plan:
     """Every launch parameter of the conv+norm kernels, forward and backward.
@@ -89,15 +107,9 @@ class Plan:
     num_stages: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("fwd_block_rows", "bwd_block_rows", "block_c", "fwd_num_warps",
-                     "bwd_num_warps"):
-            value = getattr(self, name)
-            if not _is_pow2(value):
-                raise ValueError(f"Plan.{name}={value} must be a power of two ≥ 1")
-        for name in ("fwd_group", "bwd_group", "num_stages"):
-            value = getattr(self, name)
-            if value < 1:
-                raise ValueError(f"Plan.{name}={value} must be ≥ 1")
+        check_plan_fields(self, dict.fromkeys(("fwd_block_rows", "bwd_block_rows", "block_c",
+                                               "fwd_num_warps", "bwd_num_warps"), 1),
+                          ("fwd_group", "bwd_group", "num_stages"))
         for name in ("fwd_block_rows", "bwd_block_rows"):
             tile = getattr(self, name) * self.block_c
             if tile > MAX_TILE_ELEMENTS:
@@ -378,6 +390,7 @@ __all__ = [
     "Plan",
     "PlanTable",
     "ShapeClass",
+    "check_plan_fields",
     "device_info",
     "heuristic_plan",
     "interpreting",

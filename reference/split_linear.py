@@ -29,10 +29,9 @@ import triton
 import triton.language as tl
 
 from reference.mlp import _dot
-from reference.plans import device_info, interpreting
+from reference.mlp_plan import MIN_DOT
+from reference.plans import check_plan_fields, device_info, interpreting
 
-# tl.dot needs every dimension ≥ 16 on the GPU.
-MIN_BLOCK = 16
 # Elements per program of the partial sum.
 SUM_BLOCK = 1024
 # Test hook: NaN-fill every buffer the launchers allocate (an unwritten element shows as NaN).
@@ -47,7 +46,7 @@ class SplitLinearPlan:
         block_m: Output rows per tile; a power of two ≥ 16.
         block_n: Output columns per tile; a power of two ≥ 16.
         block_k: Contraction step; a power of two ≥ 16.
-        num_warps: Warps per program.
+        num_warps: Warps per program; a power of two.
         num_stages: Software-pipelining depth.
         programs_per_sm: For the weight gradient, programs per SM over all its output tiles (the
             row slices per tile follow from it).
@@ -61,16 +60,8 @@ class SplitLinearPlan:
     programs_per_sm: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("block_m", "block_n", "block_k"):
-            value = getattr(self, name)
-            if value < MIN_BLOCK or value & (value - 1):
-                raise ValueError(f"SplitLinearPlan.{name}={value} must be a power of two ≥ "
-                                 f"{MIN_BLOCK}")
-        if self.num_warps < 1 or self.num_warps & (self.num_warps - 1):
-            raise ValueError(f"SplitLinearPlan.num_warps={self.num_warps} must be a power of two")
-        for name in ("num_stages", "programs_per_sm"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"SplitLinearPlan.{name}={getattr(self, name)} must be ≥ 1")
+        check_plan_fields(self, {**dict.fromkeys(("block_m", "block_n", "block_k"), MIN_DOT),
+                                 "num_warps": 1}, ("num_stages", "programs_per_sm"))
 
 
 def default_plan(device: torch.device) -> SplitLinearPlan:
@@ -153,7 +144,7 @@ def _precision(dtype: torch.dtype) -> str:
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, plan: SplitLinearPlan | None = None,
-           slices: int = 1) -> torch.Tensor:
+           slices: int = 1, precision: str | None = None) -> torch.Tensor:
     """a·b for 2-D a (M, K) and b (K, N) of one dtype, any strides, in that dtype.
 
     Args:
@@ -162,6 +153,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, plan: SplitLinearPlan | None = None
         plan: Tiles; None picks `default_plan`.
         slices: Contraction slices (row slices of a weight gradient); > 1 sums fp32 partials in
             order.
+        precision: How products run (`reference.mlp._dot`); None: the layer's, ``"bf16x3"`` for
+            fp32. Another (``"ieee"``, ``"tf32"``, ``"tf32x3"``) is for comparing them
+            (`bench/gemm_precision.py`).
 
     Raises:
         ValueError: On shapes, dtypes or devices that do not match.
@@ -187,7 +181,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, plan: SplitLinearPlan | None = None
     grid = (triton.cdiv(m, plan.block_m), triton.cdiv(n, plan.block_n), slices)
     _matmul_kernel[grid](
         a, b, part, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), k_per_slice,
-        PRECISION=_precision(a.dtype), BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
+        PRECISION=precision or _precision(a.dtype), BLOCK_M=plan.block_m, BLOCK_N=plan.block_n,
         BLOCK_K=plan.block_k, num_warps=plan.num_warps, num_stages=plan.num_stages,
     )
     if slices == 1:
