@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from reference.mlp import (  # noqa: E402
     MIN_BF16X3_BLOCK_N,
+    MLPPlan,
     heuristic_mlp_plan,
     mlp_backward,
     mlp_forward,
@@ -90,7 +91,10 @@ def eager_ms(yhat, x, w1, w2, g) -> dict[str, float]:
     return {"forward": f, "backward": bench(fwd_bwd) - f}
 
 
-def sweep(mode: str, deadline: float) -> dict:
+def _setup(mode: str) -> tuple[tuple[torch.Tensor, ...], MLPPlan, dict]:
+    """A mode's inputs (yhat, x, g, w1, w2 from seed 0), its heuristic plan (under bf16x3 with
+    chunks of at least MIN_BF16X3_BLOCK_N units) and its results' head: the matmul rate, the
+    GEMM floor and the eager MLP's times."""
     dtype, precision, rows = MODES[mode]
     torch.manual_seed(0)
     yhat = torch.randn(rows, CHANNELS, device="cuda", dtype=dtype)
@@ -103,11 +107,21 @@ def sweep(mode: str, deadline: float) -> dict:
         max(base.block_n, MIN_BF16X3_BLOCK_N) if precision == "bf16x3" else base.block_n))
     rate = matmul_tflops(dtype)
     flop = 2 * rows * CHANNELS * HIDDEN
-    out: dict = {"mode": mode, "rows": rows, "channels": CHANNELS, "hidden": HIDDEN,
-                 "matmul_tflops": rate, "floor_ms": {"forward": 2 * flop / rate / 1e9,
-                                                     "backward": 4 * flop / rate / 1e9},
-                 "eager_ms": eager_ms(yhat, x, w1, w2, g), "heuristic": dataclasses.asdict(base),
-                 "forward": [], "dyhat": [], "dw": [], "complete": True}
+    head = {"mode": mode, "rows": rows, "channels": CHANNELS, "hidden": HIDDEN,
+            "matmul_tflops": rate, "floor_ms": {"forward": 2 * flop / rate / 1e9,
+                                                "backward": 4 * flop / rate / 1e9},
+            "eager_ms": eager_ms(yhat, x, w1, w2, g), "heuristic": dataclasses.asdict(base)}
+    return (yhat, x, g, w1, w2), base, head
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max())
+
+
+def sweep(mode: str, deadline: float) -> dict:
+    precision = MODES[mode][1]
+    (yhat, x, g, w1, w2), base, head = _setup(mode)
+    out: dict = {**head, "forward": [], "dyhat": [], "dw": [], "complete": True}
     ref_out = mlp_forward(yhat, x, w1, w2, SCALE, base)
     _, ref_dw1, ref_dw2 = mlp_backward(g, yhat, w1, w2, SCALE, base)
     for params in ROW_GRID:
@@ -118,8 +132,7 @@ def sweep(mode: str, deadline: float) -> dict:
             continue
         plan = dataclasses.replace(base, **params)
         try:
-            diff = float((mlp_forward(yhat, x, w1, w2, SCALE, plan).float() - ref_out.float())
-                         .abs().max())
+            diff = _max_diff(mlp_forward(yhat, x, w1, w2, SCALE, plan), ref_out)
             f = bench(lambda p=plan: mlp_forward(yhat, x, w1, w2, SCALE, p))
             d = bench(lambda p=plan: mlp_backward(g, yhat, w1, w2, SCALE, p, need_dw=False))
             out["forward"].append({**params, "ms": f, "max_diff_vs_heuristic": diff})
@@ -135,8 +148,7 @@ def sweep(mode: str, deadline: float) -> dict:
         plan = dataclasses.replace(base, **params)
         try:
             _, dw1, dw2 = mlp_backward(g, yhat, w1, w2, SCALE, plan, need_dyhat=False)
-            err = max(float((dw1.float() - ref_dw1.float()).abs().max()),
-                      float((dw2.float() - ref_dw2.float()).abs().max()))
+            err = max(_max_diff(dw1, ref_dw1), _max_diff(dw2, ref_dw2))
             ms = bench(lambda p=plan: mlp_backward(g, yhat, w1, w2, SCALE, p, need_dyhat=False))
             out["dw"].append({**params, "ms": ms, "max_diff_vs_heuristic": err})
         except Exception as exc:  # noqa: BLE001
@@ -144,32 +156,14 @@ def sweep(mode: str, deadline: float) -> dict:
     return out
 
 
-def _inputs(dtype: torch.dtype, rows: int) -> tuple[torch.Tensor, ...]:
-    torch.manual_seed(0)
-    yhat = torch.randn(rows, CHANNELS, device="cuda", dtype=dtype)
-    w1 = (torch.randn(HIDDEN, CHANNELS, device="cuda") / CHANNELS**0.5).to(dtype)
-    w2 = (torch.randn(CHANNELS, HIDDEN, device="cuda") / HIDDEN**0.5).to(dtype)
-    return yhat, torch.randn_like(yhat), torch.randn_like(yhat), w1, w2
-
-
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).abs().max())
-
-
 def sweep_resident(mode: str, deadline: float) -> dict:
     """The resident kernels' grid, each plan checked against the chunked heuristic's results."""
-    dtype, precision, rows = MODES[mode]
+    dtype, _, rows = MODES[mode]
     if not resident_fits(dtype, CHANNELS, HIDDEN):
         return {"mode": mode, "skipped": f"{dtype} weights do not fit RESIDENT_WEIGHT_BYTES"}
-    yhat, x, g, w1, w2 = _inputs(dtype, rows)
-    base = dataclasses.replace(heuristic_mlp_plan(device_info("cuda"), dtype, rows, CHANNELS,
-                                                  HIDDEN), fp32_precision=precision)
-    rate = matmul_tflops(dtype)
-    flop = 2 * rows * CHANNELS * HIDDEN
-    out: dict = {"mode": mode, "rows": rows, "matmul_tflops": rate,
-                 "floor_ms": {"forward": 2 * flop / rate / 1e9, "backward": 4 * flop / rate / 1e9},
-                 "eager_ms": eager_ms(yhat, x, w1, w2, g), "heuristic": dataclasses.asdict(base),
-                 "chunked_ms": {}, "forward": [], "rows_kernel": [], "dw": [], "complete": True}
+    (yhat, x, g, w1, w2), base, head = _setup(mode)
+    out: dict = {**head, "chunked_ms": {}, "forward": [], "rows_kernel": [], "dw": [],
+                 "complete": True}
     want_out = mlp_forward(yhat, x, w1, w2, SCALE, base)
     want_dy, want_dw1, want_dw2 = mlp_backward(g, yhat, w1, w2, SCALE, base)
     out["chunked_ms"] = {
