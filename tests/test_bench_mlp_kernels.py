@@ -9,11 +9,12 @@ GPU; both scripts refuse to run without one, which is checked here too.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from interpreted import run_interpreted
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,18 +51,10 @@ print(json.dumps(out))
 """
 
 
-def _interpreted(code: str) -> str:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-1]
-
-
 def test_anatomy_variants_and_gemm_splits_compute_what_they_say() -> None:
     """Each anatomy variant is its formula (fp32 products in the interpreter, so fp32 roundoff);
     the bf16x3 split keeps ~16 bits (relative error ~1e-6..1e-5), ieee ~fp32's."""
-    result = json.loads(_interpreted(CHECK))
+    result = run_interpreted(["-c", CHECK], 300)
     for variant in ("exact", "as", "none", "relu", "tanh"):
         assert result[variant] < 2e-5, (variant, result[variant])
     assert result["ieee"]["rel_l2"] < 1e-6

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
 from reference.plans import (
     DeviceInfo,
@@ -44,15 +43,7 @@ WORKERS = 2
 
 def _run_subprocess(specs: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Run specs in a fresh interpreter-mode process and return its per-spec utilisations."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT),
-           "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(RUNNER), json.dumps(specs)],
-        capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"runner rc={proc.returncode}\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted([str(RUNNER), json.dumps(specs)], TIMEOUT_S)
 
 
 # --- the interpreted spec groups, one subprocess each --------------------------------------------

@@ -26,7 +26,6 @@ import inspect
 import json
 import math
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +35,7 @@ from typing import Any
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -294,15 +294,7 @@ GROUPS = {
 
 def _run_subprocess(specs: list[dict[str, Any]]) -> list[dict[str, float]]:
     """Run specs in a fresh interpreter-mode process and return its per-spec results."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT),
-           "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__, json.dumps(specs)],
-        capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=ROOT,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"runner rc={proc.returncode}\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted([__file__, json.dumps(specs)], TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -93,11 +93,7 @@ def _run(specs: list[dict[str, Any]]) -> list[dict[str, float]]:
 
 
 def _interpreted(specs: list[dict[str, Any]]) -> list[dict[str, float]]:
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, __file__, json.dumps(specs)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted([__file__, json.dumps(specs)], TIMEOUT_S)
 
 
 SMALL = {"block_m": 16, "block_n": 16, "block_k": 16, "num_warps": 1, "num_stages": 1}

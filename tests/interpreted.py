@@ -1,0 +1,37 @@
+"""One Python run under the Triton interpreter, in a fresh process.
+
+``TRITON_INTERPRET=1`` must be set before Triton kernels are imported, and the interpreter
+detects no out-of-bounds access, so every interpreted check runs in a process of its own with a
+timeout. The process prints its results as JSON on its last line of standard output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_interpreted(args: list[str], timeout: float) -> Any:
+    """``python *args`` with ``TRITON_INTERPRET=1`` (one OpenMP thread, the repository on the
+    path and as the working directory): the JSON on the last line it printed.
+
+    Raises:
+        RuntimeError: The process exited non-zero (its return code and standard error's tail).
+        subprocess.TimeoutExpired: It ran past ``timeout`` seconds.
+    """
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"runner rc={proc.returncode}\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+__all__ = ["run_interpreted"]
