@@ -484,15 +484,10 @@ def _resolve_plan(plan: MLPPlan | None, x: torch.Tensor, w1: torch.Tensor) -> ML
                               w1.shape[0])
 
 
-def _resident_launch(plan: MLPPlan, like: torch.Tensor, rows: int, channels: int,
-                     hidden: int) -> tuple[int, int, int] | None:
-    """(row tiles, programs, BLOCK_H) of a resident launch (at most ``programs_per_sm``
-    programs per SM), or None where the plan is not resident or the weights do not fit."""
-    if not (plan.resident and resident_fits(like.dtype, channels, hidden)):
-        return None
+def _resident_grid(plan: MLPPlan, device: torch.device, rows: int) -> tuple[int, int]:
+    """(row tiles, programs) of a resident launch: at most ``programs_per_sm`` per SM."""
     n_tiles = triton.cdiv(rows, plan.block_m)
-    programs = max(1, min(n_tiles, plan.programs_per_sm * device_info(like.device).sm_count))
-    return n_tiles, programs, max(MIN_DOT, next_pow2(hidden))
+    return n_tiles, max(1, min(n_tiles, plan.programs_per_sm * device_info(device).sm_count))
 
 
 def _launch_args(plan: MLPPlan, dtype: torch.dtype, channels: int) -> dict[str, object]:
@@ -538,13 +533,13 @@ def mlp_forward(
     rows = x2.shape[0]
     out = _empty(tuple(x2.shape), x.dtype, x.device)
     args = _launch_args(plan, x.dtype, channels)
-    resident = _resident_launch(plan, x, rows, channels, hidden)
-    if resident is not None:
-        n_tiles, programs, block_h = resident
+    if plan.resident and resident_fits(x.dtype, channels, hidden):
+        n_tiles, programs = _resident_grid(plan, x.device, rows)
         _mlp_fwd_resident_kernel[(programs,)](
             yhat2, x2, w1.contiguous(), w2.contiguous(), out,
             rows, channels, hidden, float(residual_scale), n_tiles,
-            BLOCK_M=plan.block_m, BLOCK_H=block_h, num_warps=plan.resident_warps, **args,
+            BLOCK_M=plan.block_m, BLOCK_H=max(MIN_DOT, next_pow2(hidden)),
+            num_warps=plan.resident_warps, **args,
         )
         return out.view(x.shape)
     _mlp_fwd_kernel[(triton.cdiv(rows, plan.block_m),)](
@@ -597,17 +592,17 @@ def mlp_backward(
     args = _launch_args(plan, yhat.dtype, channels)
     dyhat = dw1 = dw2 = None
     # Resident: one kernel gives dyhat and stores act and da, which the weight kernel reads.
-    resident = _resident_launch(plan, yhat, rows, channels, hidden)
-    stored = resident is not None
+    stored = plan.resident and resident_fits(yhat.dtype, channels, hidden)
     act = da = yhat2  # placeholders the weight kernel does not read unless stored
-    if resident is not None:
-        n_tiles, programs, block_h = resident
+    if stored:
         dyhat = _empty(tuple(yhat2.shape), yhat.dtype, yhat.device)
         act = _empty((rows, hidden), yhat.dtype, yhat.device)
         da = _empty((rows, hidden), yhat.dtype, yhat.device)
+        n_tiles, programs = _resident_grid(plan, yhat.device, rows)
         _mlp_bwd_rows_kernel[(programs,)](
             yhat2, g2, w1, w2, dyhat, act, da, rows, channels, hidden, s, n_tiles,
-            BLOCK_M=plan.block_m, BLOCK_H=block_h, num_warps=plan.resident_warps, **args,
+            BLOCK_M=plan.block_m, BLOCK_H=max(MIN_DOT, next_pow2(hidden)),
+            num_warps=plan.resident_warps, **args,
         )
         dyhat = dyhat.view(yhat.shape) if need_dyhat else None
     elif need_dyhat:
