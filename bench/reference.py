@@ -711,8 +711,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     channels = load_config().block.channels
     args.out_dir.mkdir(parents=True, exist_ok=True)
     if args.warm_compile_only:
-        times = warm_compile(bench_shapes(profiles), channels, 16, args.warm_timeout_s,
-                             device.type)
+        times = warm_compile(_selected_shapes(args.shapes, profiles), channels, 16,
+                             args.warm_timeout_s, device.type)
         (args.out_dir / "compile-warm.json").write_text(json.dumps(times, indent=1) + "\n")
         return 0
     cold = read_cold_times(args.compile_times)

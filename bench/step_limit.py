@@ -19,12 +19,14 @@ times, with the rates measured once in its run (`measure_rates`, `Rates.limit`).
 
 With ``--time``, every shape's full training step (forward, backward with a dense upstream
 gradient, all four gradients) is timed for the chosen variants: ``eager`` (the frozen block),
-``reference`` (`reference.block`), ``reference_fused_mlp`` (reference conv+norm with the fused
+``reference`` (`reference.block`, with the MLP path its device's plan data picks),
+``reference_fused_mlp`` (reference conv+norm with the fused
 MLP of `reference/mlp.py`, built here so it can be timed before the block is wired to it),
 ``reference_resident_mlp`` (the same with the MLP's resident kernels, 64-row tiles),
 ``reference_bf16x3_mlp`` (the chunked kernels with fp32 products as three bf16 ones),
-``reference_split_mlp`` (the reference block with ``split_mlp``: both linears through
-`reference.split_linear`, fp32 products as three bf16 ones),
+``reference_split_mlp`` (the reference block with ``split_mlp`` True: both linears through
+`reference.split_linear`, fp32 products as three bf16 ones), ``reference_cublas_mlp`` (with
+``split_mlp`` False: both linears through cuBLAS),
 ``compile`` (torch.compile of the frozen block, default mode) and ``compile_max_autotune``
 (mode ``max-autotune-no-cudagraphs``). Interleaved rounds in carry-over-balanced orders, the L2
 flushed before every sample, CUDA events, host overhead included (as the grader times a step);
@@ -73,7 +75,8 @@ COPY_BYTES = 1 << 30
 MATMUL_N = 8192
 RATE_REPS = 20
 VARIANTS = ("eager", "reference", "reference_fused_mlp", "reference_resident_mlp",
-            "reference_bf16x3_mlp", "reference_split_mlp", "compile", "compile_max_autotune")
+            "reference_bf16x3_mlp", "reference_split_mlp", "reference_cublas_mlp", "compile",
+            "compile_max_autotune")
 DEFAULT_VARIANTS = ("eager", "reference", "compile", "compile_max_autotune")
 COMPILE_MODES = {"compile": None, "compile_max_autotune": "max-autotune-no-cudagraphs"}
 LIMIT_MODEL = (f"memory {MEMORY_PASSES}·N·e / copy; compute {GEMMS_PER_STEP}·2·(B·L)·C·(E·C) / "
@@ -341,8 +344,8 @@ def time_steps(shape: LimitShape, variants: Sequence[str], channels: int, rounds
         blocks[name] = setup.build(cls)
         if name in ("reference_fused_mlp", "reference_resident_mlp", "reference_bf16x3_mlp"):
             forwards[name] = _fused_mlp_step(blocks[name], name)
-        elif name == "reference_split_mlp":
-            blocks[name].split_mlp = True
+        elif name in ("reference_split_mlp", "reference_cublas_mlp"):
+            blocks[name].split_mlp = name == "reference_split_mlp"
             forwards[name] = blocks[name]
         elif name in COMPILE_MODES:
             forwards[name] = torch.compile(blocks[name], mode=COMPILE_MODES[name])

@@ -1,4 +1,4 @@
-"""The reference block: fused Triton conv+norm, the MLP in PyTorch.
+"""The reference block: fused Triton conv+norm, then the MLP's two linears.
 
 Same constructor signature, state-dict keys and default initialisation as the frozen
 `task.model.DilatedResidualBlock`; the convolution and normalization run through
@@ -10,10 +10,13 @@ The residual add is folded into the second linear: ``out = x + s·(act·W2ᵀ) =
 (s·W2)ᵀ)``. That is one cuBLAS call instead of a matmul, a scale and an add (the scale lands on
 the small weight, not on the activation), and with zero weights it returns x bit for bit.
 
-``split_mlp`` (off by default) runs both linears through `reference.split_linear` instead: fp32
-products as three bf16 tensor-core products, 2.5× cuBLAS's fp32 GEMM at these shapes on an H200
-in isolation (bench/results/gemm-precision-h200-2026-12-03). It becomes the default only once a
-whole step with it is measured faster (`bench/step_limit.py`'s ``reference_split_mlp``).
+Where the GPU's plan data says so (`reference.plans.mlp_path_for`: the table's ``mlp`` entry,
+else fp32 on a GPU with bf16 tensor cores), both linears run through `reference.split_linear`
+instead: fp32 products as three bf16 tensor-core products, 2.5× cuBLAS's fp32 GEMM at these
+shapes on an H200 (bench/results/gemm-precision-h200-2026-12-03), and the whole fp32 step 1.5×
+faster (6.6-6.8 → 4.4-4.6 ms, bench/results/split-mlp-h200-2026-12-04). bf16 and fp16 keep
+cuBLAS, whose products already run on tensor cores. ``split_mlp`` True or False overrides the
+choice (benchmarks, tests).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.conv_norm import conv_norm
-from reference.plans import Plan
+from reference.plans import Plan, mlp_path_for
 from reference.split_linear import split_linear
 
 
@@ -69,8 +72,9 @@ class DilatedResidualBlock(nn.Module):
         self.fc2 = nn.Linear(expansion * channels, channels, bias=False)
         # Launch parameters; None lets `reference.plans.plan_for` choose per input.
         self.plan: Plan | None = None
-        # Both linears through `reference.split_linear` instead of cuBLAS (module docstring).
-        self.split_mlp = False
+        # Both linears through `reference.split_linear` (True) or cuBLAS (False); None lets
+        # `reference.plans.mlp_path_for` choose per device and dtype (module docstring).
+        self.split_mlp: bool | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block.
@@ -91,7 +95,10 @@ class DilatedResidualBlock(nn.Module):
         yhat = conv_norm(x, self.conv.weight, self.dilation, self.eps, self.plan)
         rows = x.shape[0] * x.shape[1]
         w2 = self.fc2.weight * self.residual_scale
-        if self.split_mlp:
+        split = self.split_mlp
+        if split is None:
+            split = mlp_path_for(x.device, x.dtype) == "split"
+        if split:
             act = F.gelu(split_linear(yhat, self.fc1.weight))
             return x + split_linear(act, w2)
         act = F.gelu(F.linear(yhat, self.fc1.weight))

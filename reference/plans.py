@@ -23,7 +23,9 @@ Plan table format (JSON)::
       }
     }
 
-Shape-class keys come from `shape_class` (powers of two rounded up; see there).
+Shape-class keys come from `shape_class` (powers of two rounded up; see there). An optional
+top-level ``"mlp"`` maps a dtype name to how the block's two linears run on that GPU
+(`mlp_path_for`): ``{"float32": "split"}``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,10 @@ DTYPE_NAMES: dict[torch.dtype, str] = {
 # Bound on elements per tile (rows × channels): the backward keeps about ten fp32 tiles live,
 # so larger tiles would spill registers (not measured; no sweep went beyond 32 × 128).
 MAX_TILE_ELEMENTS = 16384
+
+# How the block's two linears run (`mlp_path_for`): "cublas" (torch's F.linear and addmm) or
+# "split" (`reference.split_linear`: an fp32 product as three bf16 tensor-core products).
+MLP_PATHS = ("cublas", "split")
 
 
 def _is_pow2(n: int) -> bool:
@@ -146,11 +152,15 @@ class DeviceInfo:
         name: Device name as torch reports it (e.g. "NVIDIA H200"), or "cpu".
         sm_count: Streaming multiprocessors.
         l2_bytes: L2 cache size in bytes (0 where unknown).
+        capability: CUDA compute capability (major, minor); (0, 0) for the CPU.
+        smem_per_block: Shared memory one program may opt in to, bytes (0 where unknown).
     """
 
     name: str
     sm_count: int
     l2_bytes: int
+    capability: tuple[int, int] = (0, 0)
+    smem_per_block: int = 0
 
 
 @lru_cache(maxsize=16)
@@ -164,6 +174,8 @@ def device_info(device: torch.device | str) -> DeviceInfo:
         name=props.name,
         sm_count=props.multi_processor_count,
         l2_bytes=int(getattr(props, "L2_cache_size", 0)),
+        capability=(props.major, props.minor),
+        smem_per_block=int(getattr(props, "shared_memory_per_block_optin", 0)),
     )
 
 
@@ -227,10 +239,13 @@ class PlanTable:
     Attributes:
         meta: gpu, torch, triton, date and method (how the entries were made).
         plans: dtype name → shape-class key → Plan.
+        mlp: dtype name → one of MLP_PATHS, as measured on this GPU (absent dtypes take
+            `heuristic_mlp_path`).
     """
 
     meta: dict[str, str]
     plans: dict[str, dict[str, Plan]]
+    mlp: dict[str, str] = field(default_factory=dict)
 
     def lookup(self, dtype: torch.dtype, cls: ShapeClass) -> Plan | None:
         """The plan for a dtype and shape class, or None."""
@@ -249,8 +264,11 @@ def load_table(path: str | Path) -> PlanTable:
     """
     path = Path(path)
     data = json.loads(path.read_text())
-    if not isinstance(data, dict) or set(data) != {"meta", "plans"}:
-        raise ValueError(f"{path}: top level must have exactly 'meta' and 'plans'")
+    allowed = {"meta", "plans", "mlp"}
+    if not isinstance(data, dict) or not {"meta", "plans"} <= set(data) <= allowed:
+        keys = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path}: top level is {keys}; it must have 'meta' and 'plans', "
+                         "and may have 'mlp'")
     meta = data["meta"]
     missing = [k for k in REQUIRED_META if k not in meta]
     if missing:
@@ -265,7 +283,14 @@ def load_table(path: str | Path) -> PlanTable:
                 plans[dtype][key] = Plan.from_dict(fields)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{path}: plans.{dtype}.{key}: {exc}") from exc
-    return PlanTable(meta={k: str(v) for k, v in meta.items()}, plans=plans)
+    mlp = data.get("mlp", {})
+    if not isinstance(mlp, dict):
+        raise ValueError(f"{path}: mlp is a {type(mlp).__name__}; it must map dtype → path")
+    for dtype, path_name in mlp.items():
+        if dtype not in DTYPE_NAMES.values() or path_name not in MLP_PATHS:
+            raise ValueError(f"{path}: mlp.{dtype}={path_name!r}: the dtype must be one of "
+                             f"{tuple(DTYPE_NAMES.values())} and the path one of {MLP_PATHS}")
+    return PlanTable(meta={k: str(v) for k, v in meta.items()}, plans=plans, mlp=dict(mlp))
 
 
 def save_table(path: str | Path, table: PlanTable) -> None:
@@ -284,6 +309,8 @@ def save_table(path: str | Path, table: PlanTable) -> None:
             for dtype, entries in sorted(table.plans.items())
         },
     }
+    if table.mlp:
+        data["mlp"] = dict(table.mlp)
     Path(path).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -385,16 +412,52 @@ def plan_for(
     return heuristic_plan(info, dtype, batch, length, channels, dilation)
 
 
+def heuristic_mlp_path(info: DeviceInfo, dtype: torch.dtype) -> str:
+    """How the block's linears run where the GPU's table does not say: ``"split"`` for fp32 on
+    a GPU with bf16 tensor cores (compute capability 8.0 and up), ``"cublas"`` otherwise.
+
+    Derivation (H200, 2026-12-04, bench/results/split-mlp-h200-2026-12-04): the whole fp32 step
+    took 4.43-4.55 ms with split products against 6.61-6.75 ms with cuBLAS's fp32 GEMM, whose
+    MLP products run on FMA units at 38-40 TFLOP/s (the split reaches 94-106). In bf16 the
+    split kernel is one tensor-core product like cuBLAS's, and the step was slower with it
+    (7.91 vs 6.99 ms), so half dtypes keep cuBLAS. Not measured on other GPUs: the rule assumes
+    three bf16 tensor-core products beat one fp32 FMA product wherever bf16 tensor cores exist.
+    The CPU interpreter takes cuBLAS's path, because its bf16 ``tl.dot`` is not the GPU's (the
+    split's CPU tests patch the GPU's arithmetic in).
+    """
+    if dtype == torch.float32 and info.capability >= (8, 0):
+        return "split"
+    dtype_name(dtype)
+    return "cublas"
+
+
+@lru_cache(maxsize=64)
+def mlp_path_for(device: torch.device | str, dtype: torch.dtype) -> str:
+    """The run-time MLP path: the GPU's table ``mlp`` entry for the dtype, else
+    `heuristic_mlp_path`; cached like `plan_for`.
+
+    Raises:
+        ValueError: For an unsupported dtype.
+    """
+    info = device_info(torch.device(device))
+    table = table_for_gpu(info.name) if info.name != "cpu" else None
+    hit = table.mlp.get(dtype_name(dtype)) if table is not None else None
+    return hit or heuristic_mlp_path(info, dtype)
+
+
 __all__ = [
+    "MLP_PATHS",
     "DeviceInfo",
     "Plan",
     "PlanTable",
     "ShapeClass",
     "check_plan_fields",
     "device_info",
+    "heuristic_mlp_path",
     "heuristic_plan",
     "interpreting",
     "load_table",
+    "mlp_path_for",
     "plan_for",
     "save_table",
     "shape_class",

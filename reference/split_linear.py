@@ -1,14 +1,26 @@
-"""A bias-free linear layer whose fp32 products run on bf16 tensor cores, forward and backward.
+"""A bias-free linear layer whose fp32 products run on half-precision tensor cores, both ways.
 
 For x of shape (..., K) and a weight w of shape (N, K): y = x·wᵀ. Backward, with g = ∂loss/∂y:
 dx = g·w and dw = gᵀ·x (a sum over all rows). Every product is one Triton matmul kernel
-(`_matmul_kernel`) with ``reference.mlp._dot``'s precision: for fp32, each operand is split into
-bf16 hi + lo halves and A_hi·B_hi + A_hi·B_lo + A_lo·B_hi accumulate in fp32 (``"bf16x3"``); for
-bf16/fp16, one product on tensor cores. Why: at the MLP's thin shapes (K = 128-256, R = 2¹⁹
-rows) cuBLAS's fp32 GEMM runs at 38-40 TFLOP/s on an H200 and this split at 94-106, with a
-relative error of 4.4e-6 against fp64 (bench/results/gemm-precision-h200-2026-12-03), far inside
-the fp32 budgets (2e-4 absolute forward, 3e-3 relative gradients). Plain TF32 (7.7e-4) is not
-used.
+(`_matmul_kernel`). For fp32, each operand is split into hi + lo halves and A_hi·B_hi +
+A_hi·B_lo + A_lo·B_hi accumulate in fp32: halves in fp16 for y (``"fp16x3"``, ~22 bits of each
+operand), in bf16 for dx and dw (``"bf16x3"``, ``reference.mlp._dot``, ~16 bits). For bf16/fp16,
+one product on tensor cores.
+
+Why split: at the MLP's thin shapes (K = 128-256, R = 2¹⁹ rows) cuBLAS's fp32 GEMM runs at 38-40
+TFLOP/s on an H200 and the bf16 split at 94-106, with a relative error of 4.4e-6 against fp64
+(bench/results/gemm-precision-h200-2026-12-03), inside the fp32 budgets (2e-4 absolute forward,
+3e-3 relative gradients). Plain TF32 (7.7e-4) is not used.
+
+Why two splits: the forward output is checked against an absolute budget (2e-4) at the size of
+x, and the offset family's x ≈ 1000 already spends 0.2 of it on fp32's own rounding; bf16x3's
+error in y took the reference's forward to 0.51-0.60 of that budget there, fp16x3's to 0.21-0.24
+(an emulation of both against the fp64 oracle on offset-l8192's three seeds; plain fp32 0.20-0.23).
+fp16's range is the price: an operand above 65504 in magnitude becomes inf, and the step's output
+with it, which every check rejects. The forward's operands stay far inside it: ŷ is normalized
+(|ŷ| ≤ √(L·C)), the weights and the GELU of ŷ·W1ᵀ are O(1)-O(10) in every scoring.yaml family.
+The gradients are checked relative to their own norm (3e-3), where bf16x3's 4.4e-6 is far
+inside, and their operands (the upstream gradient) have no such bound, so they keep bf16's range.
 
 Layout: operands are read through strides, so wᵀ, gᵀ and xᵀ are views, never copies. The weight
 gradient has few output tiles and a long contraction (all R rows), so it is split over rows: each
@@ -16,8 +28,9 @@ of S programs per output tile sums its own slice of rows into a partial (S, N, K
 `_sum_partials_kernel` adds the S partials in order: no float atomics, bitwise reproducible run
 to run, like the conv tap gradient.
 
-Not yet in the reference block: proven in the interpreter against fp64, not yet timed on a GPU
-(`bench/step_limit.py`'s ``reference_split_mlp`` variant is the measurement to make).
+The reference block runs both linears through it in fp32 where `reference.plans.mlp_path_for`
+says ``"split"``: the whole fp32 step took 4.43-4.55 ms with it (bf16 halves both ways) against
+6.61-6.75 ms with cuBLAS on an H200 (bench/results/split-mlp-h200-2026-12-04).
 """
 
 from __future__ import annotations
@@ -34,6 +47,9 @@ from reference.plans import check_plan_fields, device_info, interpreting
 
 # Elements per program of the partial sum.
 SUM_BLOCK = 1024
+# Shared memory a program needs for the default tiles' three stages: 3 × (128 + 128) × 32 fp32
+# elements = 96 KiB, plus a quarter for the dot's operand conversions (Triton's own scratch).
+MIN_SMEM_3_STAGES = 120 * 1024
 # Test hook: NaN-fill every buffer the launchers allocate (an unwritten element shows as NaN).
 POISON_OUTPUTS = False
 
@@ -66,15 +82,45 @@ class SplitLinearPlan:
 
 def default_plan(device: torch.device) -> SplitLinearPlan:
     """The bf16x3 matmul's best tile of `bench/gemm_precision.py`'s grid on an H200 for both MLP
-    products (128 × 128 × 32, 8 warps, 3 stages); small tiles in the interpreter."""
-    if device_info(device).name == "cpu":
+    products (128 × 128 × 32, 8 warps, 3 stages); small tiles in the interpreter.
+
+    Three stages hold three fp32 A and B tiles in shared memory, 96 KiB at these tiles. A GPU
+    that gives one program less than `MIN_SMEM_3_STAGES` (an L4 or other sm_89 part: 99 KiB)
+    gets two stages instead of failing to launch; not measured there.
+    """
+    info = device_info(device)
+    if info.name == "cpu":
         return SplitLinearPlan(block_m=16, block_n=16, block_k=16, num_warps=1, num_stages=1)
+    if 0 < info.smem_per_block < MIN_SMEM_3_STAGES:
+        return SplitLinearPlan(num_stages=2)
     return SplitLinearPlan()
 
 
 # ----------------------------------------------------------------------------------------------
 # Kernels
 # ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _split_fp16(v):
+    """(hi, lo) in fp16 with hi + lo = v to ~22 significant bits (v fp32, |v| < 65504)."""
+    hi = v.to(tl.float16)
+    return hi, (v - hi.to(tl.float32)).to(tl.float16)
+
+
+@triton.jit
+def _product(a, b, acc, PRECISION: tl.constexpr):
+    """acc + a·b in fp32: ``"fp16x3"`` as `reference.mlp._dot`'s bf16x3 with fp16 halves (small
+    terms first), any other precision through `_dot`."""
+    if PRECISION == "fp16x3":
+        a_hi, a_lo = _split_fp16(a)
+        b_hi, b_lo = _split_fp16(b)
+        acc = tl.dot(a_lo, b_hi, acc)
+        acc = tl.dot(a_hi, b_lo, acc)
+        return tl.dot(a_hi, b_hi, acc)
+    else:
+        return _dot(a, b, acc, PRECISION)
+
 
 
 @triton.jit
@@ -111,7 +157,7 @@ def _matmul_kernel(
                     mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(B + k[:, None] * stride_bk + cols[None, :] * stride_bn,
                     mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        acc = _dot(a, b, acc, PRECISION)
+        acc = _product(a, b, acc, PRECISION)
     out = C + tl.program_id(2).to(tl.int64) * M * N + rows[:, None] * N + cols[None, :]
     tl.store(out, acc.to(C.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -138,9 +184,12 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def _precision(dtype: torch.dtype) -> str:
-    # Half inputs: one tensor-core product ("tf32" is tl.dot's default and ignored for them).
-    return "bf16x3" if dtype == torch.float32 else "tf32"
+def _precision(dtype: torch.dtype, forward: bool = False) -> str:
+    # fp32: fp16 halves for y, bf16 halves for the gradients (module docstring). Half inputs: one
+    # tensor-core product ("tf32" is tl.dot's default and ignored for them).
+    if dtype != torch.float32:
+        return "tf32"
+    return "fp16x3" if forward else "bf16x3"
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, plan: SplitLinearPlan | None = None,
@@ -153,9 +202,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, plan: SplitLinearPlan | None = None
         plan: Tiles; None picks `default_plan`.
         slices: Contraction slices (row slices of a weight gradient); > 1 sums fp32 partials in
             order.
-        precision: How products run (`reference.mlp._dot`); None: the layer's, ``"bf16x3"`` for
-            fp32. Another (``"ieee"``, ``"tf32"``, ``"tf32x3"``) is for comparing them
-            (`bench/gemm_precision.py`).
+        precision: How products run (`_product`); None: the layer's gradient products',
+            ``"bf16x3"`` for fp32. Another (``"fp16x3"``, the layer's forward; ``"ieee"``,
+            ``"tf32"``, ``"tf32x3"`` for comparing them in `bench/gemm_precision.py`).
 
     Raises:
         ValueError: On shapes, dtypes or devices that do not match.
@@ -216,7 +265,8 @@ class SplitLinearFunction(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1])
         ctx.save_for_backward(x2, w)
         ctx.plan = plan
-        return matmul(x2, w.t(), plan).view(*x.shape[:-1], w.shape[0])
+        y = matmul(x2, w.t(), plan, precision=_precision(x.dtype, forward=True))
+        return y.view(*x.shape[:-1], w.shape[0])
 
     @staticmethod
     def backward(ctx: torch.autograd.function.FunctionCtx,

@@ -96,7 +96,7 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     Spec keys: case (name), seed (public), optional dtype, batch, length, dilation (override
     the case's), optional plan, device (default "cpu"), optional plain (also report the frozen
     PyTorch block's utilisation on the same inputs, under ``plain_<check>`` keys), optional
-    split_mlp (the reference block's ``split_mlp``).
+    split_mlp (the reference block's ``split_mlp``; absent: the device's default path).
     """
     import reference.conv_norm as cn
     from reference.block import DilatedResidualBlock
@@ -124,8 +124,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
         block.load_state_dict(inp.state_dict())
         if plan is not None:
             block.plan = plan
-        if spec.get("split_mlp"):
-            block.split_mlp = True
+        if spec.get("split_mlp") is not None:
+            block.split_mlp = spec["split_mlp"]
         x = inp.x.clone().requires_grad_()
         out = block(x)
         out.backward(inp.grad_out)
@@ -143,7 +143,8 @@ def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     """Zero fc weights: out == x and x.grad == grad_out bit for bit, other grads exactly 0.
 
     Spec keys: batch, length, channels, dilation, dtype, seed, device (default "cpu"), optional
-    split_mlp. Returns 0.0 per check that holds exactly, inf per check that does not.
+    split_mlp (absent: the device's default path). Returns 0.0 per check that holds exactly,
+    inf per check that does not.
     """
     from reference.block import DilatedResidualBlock
 
@@ -157,7 +158,7 @@ def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     state["fc1.weight"] = torch.zeros_like(state["fc1.weight"])
     state["fc2.weight"] = torch.zeros_like(state["fc2.weight"])
     block.load_state_dict(state)
-    block.split_mlp = bool(spec.get("split_mlp"))
+    block.split_mlp = spec.get("split_mlp")
     x = inp.x.clone().requires_grad_()
     out = block(x)
     out.backward(inp.grad_out)

@@ -105,7 +105,9 @@ def pick_winner(incumbent: str, samples: Mapping[str, Sequence[float]],
 
 def merge_table(table: PlanTable, updates: Mapping[tuple[str, str], Plan | None],
                 meta: Mapping[str, str]) -> PlanTable:
-    """A new table: ``updates`` set (Plan) or remove (None) entries by (dtype, key); others kept.
+    """A new table: ``updates`` set (Plan) or remove (None) entries by (dtype, key); others kept,
+    and the table's MLP paths with them, with the ``mlp_source`` meta that says how they were
+    measured (the tuner times conv+norm plans, not the MLP).
 
     The input table is not modified (its dicts are copied).
     """
@@ -116,7 +118,8 @@ def merge_table(table: PlanTable, updates: Mapping[tuple[str, str], Plan | None]
             entries.pop(key, None)
         else:
             entries[key] = plan
-    return PlanTable(meta=dict(meta), plans=plans)
+    kept = {"mlp_source": table.meta["mlp_source"]} if "mlp_source" in table.meta else {}
+    return PlanTable(meta={**kept, **meta}, plans=plans, mlp=dict(table.mlp))
 
 
 def empty_table(gpu: str) -> PlanTable:
