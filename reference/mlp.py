@@ -117,21 +117,18 @@ def _gelu_and_grad(a):
 
 
 @triton.jit
-def _split_bf16(v):
-    """(hi, lo) in bf16 with hi + lo = v to ~16 significant bits (v fp32)."""
-    hi = v.to(tl.bfloat16)
-    return hi, (v - hi.to(tl.float32)).to(tl.bfloat16)
-
-
-@triton.jit
 def _dot(a, b, acc, PRECISION: tl.constexpr):
     """acc + a·b in fp32. ``"bf16x3"`` (fp32 operands): a_hi·b_hi + a_hi·b_lo + a_lo·b_hi on
     bf16 tensor cores, small terms first; the dropped a_lo·b_lo is ~2⁻¹⁶ of each product (on an
     H200 4.4e-6 relative L2 against fp64 at K = 128, 2.5× cuBLAS's fp32 GEMM:
-    bench/results/gemm-precision-h200-2026-12-03). Otherwise ``tl.dot``'s input precision."""
-    if PRECISION == "bf16x3":
-        a_hi, a_lo = _split_bf16(a)
-        b_hi, b_lo = _split_bf16(b)
+    bench/results/gemm-precision-h200-2026-12-03). ``"fp16x3"``: the same with fp16 halves, ~2⁻²²,
+    for operands below 65504. Otherwise ``tl.dot``'s input precision."""
+    if PRECISION == "bf16x3" or PRECISION == "fp16x3":
+        half = tl.bfloat16 if PRECISION == "bf16x3" else tl.float16
+        a_hi = a.to(half)
+        a_lo = (a - a_hi.to(tl.float32)).to(half)
+        b_hi = b.to(half)
+        b_lo = (b - b_hi.to(tl.float32)).to(half)
         acc = tl.dot(a_lo, b_hi, acc)
         acc = tl.dot(a_hi, b_lo, acc)
         return tl.dot(a_hi, b_hi, acc)

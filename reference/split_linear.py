@@ -3,9 +3,9 @@
 For x of shape (..., K) and a weight w of shape (N, K): y = x·wᵀ. Backward, with g = ∂loss/∂y:
 dx = g·w and dw = gᵀ·x (a sum over all rows). Every product is one Triton matmul kernel
 (`_matmul_kernel`). For fp32, each operand is split into hi + lo halves and A_hi·B_hi +
-A_hi·B_lo + A_lo·B_hi accumulate in fp32: halves in fp16 for y (``"fp16x3"``, ~22 bits of each
-operand), in bf16 for dx and dw (``"bf16x3"``, ``reference.mlp._dot``, ~16 bits). For bf16/fp16,
-one product on tensor cores.
+A_hi·B_lo + A_lo·B_hi accumulate in fp32 (``reference.mlp._dot``): halves in fp16 for y
+(``"fp16x3"``, ~22 bits of each operand), in bf16 for dx and dw (``"bf16x3"``, ~16 bits). For
+bf16/fp16, one product on tensor cores.
 
 Why split: at the MLP's thin shapes (K = 128-256, R = 2¹⁹ rows) cuBLAS's fp32 GEMM runs at 38-40
 TFLOP/s on an H200 and the bf16 split at 94-106, with a relative error of 4.4e-6 against fp64
@@ -30,7 +30,8 @@ to run, like the conv tap gradient.
 
 The reference block runs both linears through it in fp32 where `reference.plans.mlp_path_for`
 says ``"split"``: the whole fp32 step took 4.43-4.55 ms with it (bf16 halves both ways) against
-6.61-6.75 ms with cuBLAS on an H200 (bench/results/split-mlp-h200-2026-12-04).
+6.61-6.75 ms with cuBLAS on an H200 (bench/results/split-mlp-h200-2026-12-04), and 4.35-4.44 ms
+with fp16x3 in the forward (bench/results/reference-v2-h200-2026-12-04).
 """
 
 from __future__ import annotations
@@ -102,28 +103,6 @@ def default_plan(device: torch.device) -> SplitLinearPlan:
 
 
 @triton.jit
-def _split_fp16(v):
-    """(hi, lo) in fp16 with hi + lo = v to ~22 significant bits (v fp32, |v| < 65504)."""
-    hi = v.to(tl.float16)
-    return hi, (v - hi.to(tl.float32)).to(tl.float16)
-
-
-@triton.jit
-def _product(a, b, acc, PRECISION: tl.constexpr):
-    """acc + a·b in fp32: ``"fp16x3"`` as `reference.mlp._dot`'s bf16x3 with fp16 halves (small
-    terms first), any other precision through `_dot`."""
-    if PRECISION == "fp16x3":
-        a_hi, a_lo = _split_fp16(a)
-        b_hi, b_lo = _split_fp16(b)
-        acc = tl.dot(a_lo, b_hi, acc)
-        acc = tl.dot(a_hi, b_lo, acc)
-        return tl.dot(a_hi, b_hi, acc)
-    else:
-        return _dot(a, b, acc, PRECISION)
-
-
-
-@triton.jit
 def _matmul_kernel(
     A,  # element (i, k) at A + i·stride_am + k·stride_ak
     B,  # element (k, j) at B + k·stride_bk + j·stride_bn
@@ -157,7 +136,7 @@ def _matmul_kernel(
                     mask=row_ok[:, None] & k_ok[None, :], other=0.0)
         b = tl.load(B + k[:, None] * stride_bk + cols[None, :] * stride_bn,
                     mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        acc = _product(a, b, acc, PRECISION)
+        acc = _dot(a, b, acc, PRECISION)
     out = C + tl.program_id(2).to(tl.int64) * M * N + rows[:, None] * N + cols[None, :]
     tl.store(out, acc.to(C.dtype.element_ty), mask=row_ok[:, None] & col_ok[None, :])
 
@@ -202,7 +181,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, plan: SplitLinearPlan | None = None
         plan: Tiles; None picks `default_plan`.
         slices: Contraction slices (row slices of a weight gradient); > 1 sums fp32 partials in
             order.
-        precision: How products run (`_product`); None: the layer's gradient products',
+        precision: How products run (`reference.mlp._dot`); None: the layer's gradient products',
             ``"bf16x3"`` for fp32. Another (``"fp16x3"``, the layer's forward; ``"ieee"``,
             ``"tf32"``, ``"tf32x3"`` for comparing them in `bench/gemm_precision.py`).
 

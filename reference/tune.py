@@ -1,4 +1,5 @@
-"""Tuner for the reference conv+norm launch plans: propose, prove, time, freeze, re-verify.
+"""Tuner for the reference's plans (conv+norm launches, the MLP path): propose, prove, time,
+freeze, re-verify.
 
 Run as a module::
 
@@ -26,13 +27,23 @@ Steps, per dtype and shape class (`reference.plans.shape_class`) of the profile'
    lies above 1 and its median is at least ``1 + min_gain``. Winners go into the plan table with
    the GPU, versions, date and command in its meta.
 
+5. **MLP path.** Then, per dtype, the way the block's two linears run (the table's ``mlp``
+   entry: cuBLAS, or `reference.split_linear`'s split products): every path of
+   `reference.plans.MLP_PATHS` through the same gate (the dtype's largest timing shape and the
+   gate's `scoring.yaml` cases), the survivors' whole training steps timed interleaved, and the
+   same promotion rule against the incumbent (the entry, else `heuristic_mlp_path`).
+   ``--skip-mlp`` leaves the entries as they are; ``--mlp-only`` decides them alone.
+
 ``--reverify`` re-checks a frozen table instead: each entry must still pass the gate and must
 not be slower, beyond noise and a drift threshold, than a fresh re-time of the heuristic and its
 neighbours. Entries that fail are demoted (replaced by the best fresh plan when that one beats
 the heuristic, else removed so `plan_for` falls back to the heuristic), each with a log line.
+Each MLP entry is gated again and replaced when another path passes and beats it by more than
+the drift threshold.
 
 Without a GPU (``TRITON_INTERPRET=1`` set before this module is imported) the gate runs in the
-Triton interpreter and nothing is timed or promoted: timing needs a GPU.
+Triton interpreter and nothing is timed or promoted: timing needs a GPU. The MLP path is not
+gated there either (the interpreter's bf16 ``tl.dot`` is not the GPU's).
 
 The stages live in `reference.tuning`, one module each (`shapes`, `propose`, `llm`, `prove`,
 `timing`, `freeze`, `reverify`, and `tuner`, which drives them); this module is the command line.
@@ -73,10 +84,17 @@ from reference.tuning.freeze import (
     table_meta,
 )
 from reference.tuning.llm import LLMConfig, llm_config
+from reference.tuning.mlp_path import MLPReport
 from reference.tuning.propose import DEFAULT_MAX_CANDIDATES
 from reference.tuning.prove import DEFAULT_GATE_CASES
 from reference.tuning.reverify import DEFAULT_DRIFT
-from reference.tuning.shapes import ShapeGroup, group_shapes, profile_shapes, shape_from_key
+from reference.tuning.shapes import (
+    ShapeGroup,
+    TuneShape,
+    group_shapes,
+    profile_shapes,
+    shape_from_key,
+)
 from reference.tuning.timing import DEFAULT_ROUNDS, DEFAULT_WARMUP, TIMING_NEEDS_GPU, precompile
 from reference.tuning.tuner import GroupReport, Tuner, TuneSettings
 
@@ -110,7 +128,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="reverify: slowdown against the best fresh plan that demotes "
                         f"(default {DEFAULT_DRIFT})")
     p.add_argument("--time-budget-s", type=float, default=math.inf,
-                   help="start no new shape class after this many seconds")
+                   help="start no new shape class or MLP path after this many seconds")
+    mlp = p.add_mutually_exclusive_group()
+    mlp.add_argument("--skip-mlp", action="store_true",
+                     help="leave the table's MLP paths as they are (neither gated nor timed)")
+    mlp.add_argument("--mlp-only", action="store_true",
+                     help="decide (or re-verify) the MLP paths alone; conv+norm plans stay")
     p.add_argument("--seed", type=int, help="secret mixed into gate inputs (default: random)")
     p.add_argument("--compile-workers", type=int,
                    help="processes that precompile the candidates' kernels (default on a GPU: "
@@ -157,6 +180,30 @@ def _groups_to_run(args: argparse.Namespace, config: ScoringConfig, profile: str
     return groups
 
 
+def _mlp_runs(args: argparse.Namespace, config: ScoringConfig, profile: str, table: PlanTable,
+              groups: Sequence[ShapeGroup]) -> list[tuple[str, list[TuneShape]]]:
+    """(dtype, its timing shapes) for each MLP path to decide: the run's dtypes when tuning,
+    the table's MLP entries when re-verifying (on the profile's shapes of that dtype, else on
+    the shapes of its conv+norm entries)."""
+    if args.skip_mlp:
+        return []
+    by_dtype: dict[str, list[TuneShape]] = {}
+    for group in groups:
+        by_dtype.setdefault(group.dtype, []).extend(group.shapes)
+    if not args.reverify:
+        return list(by_dtype.items())
+    shapes = profile_shapes(config, profile, config.block.channels)
+    runs = []
+    for dtype in sorted(table.mlp):
+        own = [s for s in shapes if s.dtype == dtype] or by_dtype.get(dtype, [])
+        if not own:
+            log.warning("mlp.%s: no shape of the profile or the table to re-verify it on "
+                        "(left as is)", dtype)
+            continue
+        runs.append((dtype, own))
+    return runs
+
+
 def _method(argv: Sequence[str] | None, args: argparse.Namespace, llm: LLMConfig | None,
             settings: TuneSettings) -> str:
     command = "python -m reference.tune " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -169,8 +216,28 @@ def _method(argv: Sequence[str] | None, args: argparse.Namespace, llm: LLMConfig
             f">= {1 + settings.min_gain:.2f}; drift threshold {settings.drift:.2f})")
 
 
+def _mlp_method(argv: Sequence[str] | None, args: argparse.Namespace, settings: TuneSettings,
+                reports: Sequence[MLPReport], gpu: str) -> str:
+    """The ``mlp_source`` meta: when, where, the command, how the paths were compared and what
+    each got (its own date and versions: an ``--mlp-only`` run leaves the table's meta)."""
+    when = table_meta(gpu, "")
+    command = "python -m reference.tune " + " ".join(argv if argv is not None else sys.argv[1:])
+    verdicts = "; ".join(
+        f"{r.dtype} {r.winner} ({r.action}: "
+        + ", ".join(f"{p} {t['median']:.3f} ms" for p, t in r.timings.items()) + ")"
+        for r in reports if r.winner)
+    gain = settings.drift if args.reverify else settings.min_gain
+    return (f"{when['date']}, {gpu}, torch {when['torch']}, triton {when['triton']}: "
+            f"{command.strip()} (MLP path, {'reverify' if args.reverify else 'tune'}: every path "
+            f"gated on the dtype's largest timing shape + {settings.gate_cases} scoring.yaml "
+            f"cases, then the whole training step, {settings.rounds} interleaved rounds, "
+            f"balanced orders, L2 flush, CUDA events; another path replaces the incumbent if "
+            f"the paired speedup's CI > 1 and median >= {1 + gain:.2f}): {verdicts}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (0 ok, 1 a shape class has no passing plan)."""
+    """CLI entry point; returns the exit status (0 ok, 1 a shape class or MLP path has nothing
+    that passed the gate)."""
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     args = _parser().parse_args(argv)
     device = _device()
@@ -194,14 +261,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     workers = args.compile_workers
     if workers is None:
         workers = max(min((os.cpu_count() or 1) - 2, 12), 0) if device.type == "cuda" else 0
-    if workers > 0:
+    if workers > 0 and not args.mlp_only:
         precompile(tuner.compile_tasks(groups, table), workers, config.block.eps, device.type)
     out = args.out or (default_table_path(info.name) if device.type == "cuda" else None)
     method = _method(argv, args, llm, settings)
+    # The plans' meta says how they were made; a run that tunes no plan leaves it.
+    meta = ({k: v for k, v in table.meta.items() if k != "mlp_source"} if args.mlp_only
+            else table_meta(info.name, method))
     updates: dict[tuple[str, str], Plan | None] = {}
     reports: list[GroupReport] = []
     failed = False
-    for group in groups:
+    for group in groups if not args.mlp_only else ():
         if time.monotonic() - start > settings.time_budget_s:
             log.warning("time budget %.0f s spent: %s %s not %s (left as is)",
                         settings.time_budget_s, group.dtype, group.key,
@@ -220,16 +290,36 @@ def main(argv: Sequence[str] | None = None) -> int:
                 updates[(group.dtype, group.key)] = plan
         reports.append(report)
         # Written after every class: a run stopped by a time limit keeps what it decided.
-        _write_outputs(args, out, merge_table(table, updates, table_meta(info.name, method)),
+        _write_outputs(args, out, merge_table(table, updates, meta),
                        reports, profile, secret, tuner.can_time, device)
-    new_table = merge_table(table, updates, table_meta(info.name, method))
-    _write_outputs(args, out, new_table, reports, profile, secret, tuner.can_time, device)
+    mlp_updates: dict[str, str] = {}
+    mlp_reports: list[MLPReport] = []
+    for dtype, shapes in _mlp_runs(args, config, profile, table, groups):
+        if time.monotonic() - start > settings.time_budget_s:
+            log.warning("time budget %.0f s spent: %s MLP path not %s (left as is)",
+                        settings.time_budget_s, dtype,
+                        "reverified" if args.reverify else "tuned")
+            continue
+        mlp_report, path = tuner.tune_mlp(dtype, shapes, table.mlp.get(dtype), args.reverify)
+        failed |= mlp_report.action == "failed"
+        mlp_reports.append(mlp_report)
+        if path is not None:
+            mlp_updates[dtype] = path
+        _write_outputs(args, out, merge_table(
+            table, updates, meta, mlp_updates,
+            _mlp_method(argv, args, settings, mlp_reports, info.name)), reports, profile, secret,
+            tuner.can_time, device, mlp_reports)
+    new_table = merge_table(table, updates, meta, mlp_updates,
+                            _mlp_method(argv, args, settings, mlp_reports, info.name))
+    _write_outputs(args, out, new_table, reports, profile, secret, tuner.can_time, device,
+                   mlp_reports)
     if out is not None and (device.type == "cuda" or args.out is not None):
-        log.info("wrote %s (%d change(s))", out, len(updates))
+        changed = sum(table.mlp.get(d) != p for d, p in mlp_updates.items())
+        log.info("wrote %s (%d change(s))", out, len(updates) + changed)
     if not tuner.can_time:
         log.warning("%s", TIMING_NEEDS_GPU)
-    unproven = unproven_entries(new_table, reports)
-    entries = sum(len(e) for e in new_table.plans.values())
+    unproven = unproven_entries(new_table, reports, mlp_reports)
+    entries = sum(len(e) for e in new_table.plans.values()) + len(new_table.mlp)
     log.info("%d of %d table entries passed the gate in this run%s", entries - len(unproven),
              entries, f"; not proven: {unproven}" if unproven else "")
     return 1 if failed else 0
@@ -237,26 +327,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _write_outputs(args: argparse.Namespace, out: Path | None, table: PlanTable,
                    reports: Sequence[GroupReport], profile: str, secret: int, timed: bool,
-                   device: torch.device) -> None:
+                   device: torch.device, mlp_reports: Sequence[MLPReport] = ()) -> None:
     if out is not None and (device.type == "cuda" or args.out is not None):
         save_table(out, table)
     if args.report is not None:
         args.report.write_text(json.dumps({
             "meta": table.meta, "profile": profile, "secret": secret, "timed": timed,
-            "unproven_entries": unproven_entries(table, reports),
+            "unproven_entries": unproven_entries(table, reports, mlp_reports),
             "groups": [r.to_json() for r in reports],
+            "mlp": [r.to_json() for r in mlp_reports],
         }, indent=1, default=str) + "\n")
 
 
-def unproven_entries(table: PlanTable, reports: Sequence[GroupReport]) -> list[str]:
-    """Entries of ``table`` whose plan was not gated, or failed the gate, in this run's reports."""
+def unproven_entries(table: PlanTable, reports: Sequence[GroupReport],
+                     mlp_reports: Sequence[MLPReport] = ()) -> list[str]:
+    """Entries of ``table`` whose plan (or MLP path, ``mlp/<dtype>``) was not gated, or failed
+    the gate, in this run's reports."""
     proven = {
         (r.dtype, r.key, json.dumps(r.candidates[name], sort_keys=True))
         for r in reports for name, gate in r.gates.items() if gate.passed
     }
+    paths = {(r.dtype, path) for r in mlp_reports for path, gate in r.gates.items()
+             if gate.passed}
     return [f"{dtype}/{key}" for dtype, entries in sorted(table.plans.items())
             for key, plan in sorted(entries.items())
-            if (dtype, key, json.dumps(plan.to_dict(), sort_keys=True)) not in proven]
+            if (dtype, key, json.dumps(plan.to_dict(), sort_keys=True)) not in proven] + [
+        f"mlp/{dtype}" for dtype, path in sorted(table.mlp.items())
+        if (dtype, path) not in paths]
 
 
 if __name__ == "__main__":

@@ -535,6 +535,10 @@ def test_interpreted_tuner_gates_and_says_timing_needs_a_gpu(tmp_path: Path,
     assert all(g["passed"] for g in group["gates"].values()), group["gates"]
     assert all(math.isfinite(g["max_util"]) and g["max_util"] < 1 for g in group["gates"].values())
     assert load_table(out).plans == {}
+    # The MLP path is neither gated nor decided in the interpreter, and says so.
+    assert [(m["dtype"], m["action"], m["gates"]) for m in data["mlp"]] == [
+        ("float32", "untimed", {})]
+    assert load_table(out).mlp == {}
 
 
 def test_candidates_explore_around_the_heuristic_and_the_frozen_plan(

@@ -104,10 +104,13 @@ def pick_winner(incumbent: str, samples: Mapping[str, Sequence[float]],
 
 
 def merge_table(table: PlanTable, updates: Mapping[tuple[str, str], Plan | None],
-                meta: Mapping[str, str]) -> PlanTable:
-    """A new table: ``updates`` set (Plan) or remove (None) entries by (dtype, key); others kept,
-    and the table's MLP paths with them, with the ``mlp_source`` meta that says how they were
-    measured (the tuner times conv+norm plans, not the MLP).
+                meta: Mapping[str, str], mlp_updates: Mapping[str, str] | None = None,
+                mlp_source: str = "") -> PlanTable:
+    """A new table: ``updates`` set (Plan) or remove (None) entries by (dtype, key); others kept.
+
+    ``mlp_updates`` set MLP paths by dtype, and ``mlp_source`` (how this run decided them)
+    becomes the ``mlp_source`` meta. Without them the table's MLP paths and their source are
+    kept as they were; paths this run did not decide keep theirs, quoted after the new one.
 
     The input table is not modified (its dicts are copied).
     """
@@ -118,8 +121,17 @@ def merge_table(table: PlanTable, updates: Mapping[tuple[str, str], Plan | None]
             entries.pop(key, None)
         else:
             entries[key] = plan
-    kept = {"mlp_source": table.meta["mlp_source"]} if "mlp_source" in table.meta else {}
-    return PlanTable(meta={**kept, **meta}, plans=plans, mlp=dict(table.mlp))
+    old_source = table.meta.get("mlp_source", "")
+    kept = sorted(set(table.mlp) - set(mlp_updates or {}))
+    if mlp_updates:
+        source = mlp_source or "not recorded"
+        if kept and old_source:
+            source += f" | {', '.join(kept)} from before: {old_source}"
+    else:
+        source = old_source
+    extra = {"mlp_source": source} if source else {}
+    return PlanTable(meta={**extra, **meta}, plans=plans,
+                     mlp={**table.mlp, **(mlp_updates or {})})
 
 
 def empty_table(gpu: str) -> PlanTable:

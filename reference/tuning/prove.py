@@ -137,12 +137,14 @@ class Gate:
             self._truth[case.name] = (inputs, ref)
         return self._truth[case.name]
 
-    def check(self, plan: Plan) -> GateResult:
-        """Run every case with ``plan``; the first failing case ends the check."""
+    def check(self, plan: Plan | None, mlp_path: str | None = None) -> GateResult:
+        """Run every case with ``plan`` (None: the block's own table or heuristic plan) and the
+        block's linears on ``mlp_path`` (None: the device's `reference.plans.mlp_path_for`);
+        the first failing case ends the check."""
         worst, where = 0.0, ""
         for case in self.cases:
             try:
-                utils = self._check_case(plan, case)
+                utils = self._check_case(plan, case, mlp_path)
             except Exception as exc:  # noqa: BLE001 - any crash of a candidate is a gate failure
                 return GateResult(False, math.inf, case.name, f"{case.name}: {exc!r}")
             for check, util in utils.items():
@@ -154,7 +156,8 @@ class Gate:
                                       f"{case.name}/{check} at {util:.3g}x its budget")
         return GateResult(True, worst, where)
 
-    def _check_case(self, plan: Plan, case: GateCase) -> dict[str, float]:
+    def _check_case(self, plan: Plan | None, case: GateCase, mlp_path: str | None = None
+                    ) -> dict[str, float]:
         from reference.block import DilatedResidualBlock
 
         inputs, ref = self._inputs(case)
@@ -163,6 +166,7 @@ class Gate:
                                      case.residual_scale).to(self.device, DTYPES[s.dtype])
         block.load_state_dict(inputs.state_dict())
         block.plan = plan
+        block.split_mlp = None if mlp_path is None else mlp_path == "split"
         x = inputs.x.clone().requires_grad_(True)
         with poisoned_outputs():
             out = block(x)

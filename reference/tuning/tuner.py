@@ -1,6 +1,7 @@
 """The loop itself: `Tuner` drives one shape class through propose → prove → time → freeze (or
 re-verify), with the run-wide settings (`TuneSettings`) and a record of every decision
-(`GroupReport`). `python -m reference.tune` builds one and runs it over a profile's classes.
+(`GroupReport`); `Tuner.tune_mlp` does the same for one dtype's MLP path (`mlp_path`).
+`python -m reference.tune` builds one and runs it over a profile's classes and dtypes.
 """
 
 from __future__ import annotations
@@ -17,9 +18,17 @@ from typing import Any
 import torch
 
 from grader.config import ScoringConfig
-from reference.plans import Plan, PlanTable, device_info, heuristic_plan
+from reference.plans import (
+    MLP_PATHS,
+    Plan,
+    PlanTable,
+    device_info,
+    heuristic_mlp_path,
+    heuristic_plan,
+)
 from reference.tuning.freeze import DEFAULT_MIN_GAIN, Decision, pick_winner
 from reference.tuning.llm import LLMConfig, Measured, Opener, ProposalContext, ask_llm
+from reference.tuning.mlp_path import MLP_NEEDS_GPU, MLPReport, block_step
 from reference.tuning.propose import DEFAULT_MAX_CANDIDATES, neighbourhood, plan_ranges
 from reference.tuning.prove import DEFAULT_GATE_CASES, Gate, GateCase, GateResult, gate_cases_for
 from reference.tuning.reverify import DEFAULT_DRIFT, Verdict, reverify_verdict
@@ -271,3 +280,66 @@ class Tuner:
         log.log(level, "  %s %s %s: %s", verdict.action.upper(), group.dtype, group.key,
                 verdict.reason)
         return report, verdict
+
+    def _time_paths(self, paths: Sequence[str], shape: TuneShape) -> dict[str, list[float]]:
+        """The whole training step per MLP path, interleaved; host overhead stays in (the
+        paths differ in launches and allocations too, and the grader's step includes them)."""
+        if self._flush is None:
+            self._flush = make_l2_flush(self.device, HIDE_LAUNCH_FLUSH_BYTES)
+        block = self.config.block
+        steps = {path: block_step(path, shape, self.device, block.expansion, block.eps,
+                                  block.residual_scale) for path in paths}
+        return time_interleaved({p: s[0] for p, s in steps.items()}, self.settings.rounds,
+                                self.settings.warmup, self._flush,
+                                prepare={p: s[1] for p, s in steps.items()})
+
+    def tune_mlp(self, dtype: str, shapes: Sequence[TuneShape], entry: str | None,
+                 reverify: bool = False) -> tuple[MLPReport, str | None]:
+        """Decide one dtype's MLP path: every path gated on the dtype's largest shape and the
+        gate's `scoring.yaml` cases, the survivors' whole steps timed interleaved, the incumbent
+        (``entry``, else the heuristic's path) kept unless another is faster beyond noise (by
+        at least the drift threshold when ``reverify``). Returns the report and the path to
+        freeze (None: leave the table as it is)."""
+        heuristic = heuristic_mlp_path(self.info, DTYPES[dtype])
+        incumbent = entry or heuristic
+        largest = max(shapes, key=lambda s: s.numel)
+        report = MLPReport(dtype, largest.label, incumbent, "table" if entry else "heuristic")
+        log.info("%s MLP path (timed on %s; incumbent: %s from the %s)", dtype, largest.label,
+                 incumbent, report.source)
+        if not self.can_time:
+            report.action, report.reason = "untimed", MLP_NEEDS_GPU
+            log.warning("  %s", MLP_NEEDS_GPU)
+            return report, None
+        gate = self._gate(ShapeGroup(dtype, "mlp", (largest,)))
+        paths = [incumbent, *(p for p in MLP_PATHS if p != incumbent)]
+        for path in paths:
+            result = gate.check(None, mlp_path=path)
+            report.gates[path] = result
+            log.info("  gate %-8s %s max util %.3g at %s", path,
+                     "passed" if result.passed else f"FAILED ({result.reason})",
+                     result.max_util, result.worst)
+        samples = self._time_paths([p for p in paths if report.gates[p].passed], largest)
+        for path, values in samples.items():
+            report.timings[path] = quantiles(values)
+            log.info("  time %-8s median %.4f ms (p20 %.4f, p80 %.4f)", path,
+                     report.timings[path]["median"], report.timings[path]["p20"],
+                     report.timings[path]["p80"])
+        gain = self.settings.drift if reverify else self.settings.min_gain
+        winner, report.decisions = pick_winner(
+            incumbent, {p: samples.get(p, []) for p in paths}, report.gates, gain)
+        for path, decision in report.decisions.items():
+            log.info("  decide %-8s %s", path, decision.reason)
+        report.winner = winner
+        if winner == incumbent:
+            if not report.gates[incumbent].passed:
+                report.action = "failed"
+                report.reason = "no MLP path passed the gate"
+                log.error("  %s MLP: %s", dtype, report.reason)
+                return report, None
+            report.action = "kept"
+            report.reason = f"no other path beat {incumbent} beyond noise"
+            log.info("  keep %s", incumbent)
+            return report, incumbent  # frozen even when it is the heuristic's, like a plan
+        report.action, report.reason = "promoted", report.decisions[winner].reason
+        log.info("  PROMOTE %s MLP path %s: %s", dtype, winner, report.reason)
+        return report, winner
