@@ -49,6 +49,7 @@
 #   bash bench/gpu_session.sh tune-mlp      # ~5 min: the tuner's MLP-path stage: its GPU tests,
 #                                           #   --mlp-only on the h200 table, then --reverify
 #   bash bench/gpu_session.sh conv-norm-ncu # ~2 min: one conv+norm launch each way under ncu
+#   bash bench/gpu_session.sh conv-norm-maxnreg # ~2 min: conv+norm under register caps
 #   bash bench/gpu_session.sh published     # ~3 min: g of the reference as submission, 3 timing
 #                                           #   phases (grader/published_speedups.json)
 #   bash bench/gpu_session.sh held-ab       # ~6 min: the hold-page corpus entries, a sequential
@@ -240,6 +241,15 @@ conv-norm-ncu)
     else
         echo "ncu: not found" | tee -a "$OUT/summary.txt"
     fi
+    ;;
+conv-norm-maxnreg)
+    # Issue 17: does a register cap (Triton's maxnreg) lift conv+norm's register-limited
+    # occupancy into bandwidth? Timed against the uncapped launch, outputs compared bitwise.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout $(( ${LIMIT:-300} - $(elapsed) )) python3 bench/conv_norm_maxnreg.py \
+        --caps "${CAPS:-128,96,80,64}" --out "$OUT/maxnreg.json" > "$OUT/maxnreg.log" 2>&1
+    echo "maxnreg: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT/maxnreg.log" >> "$OUT/summary.txt"
     ;;
 published)
     # grader/published_speedups.json's h200 g: the reference as the submission, timing phases
