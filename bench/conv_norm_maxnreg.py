@@ -29,6 +29,7 @@ from grader.config import load_config  # noqa: E402
 from reference.plans import plan_for  # noqa: E402
 from reference.tuning.timing import (  # noqa: E402
     HIDE_LAUNCH_FLUSH_BYTES,
+    conv_norm_inputs,
     make_l2_flush,
     quantiles,
     time_interleaved,
@@ -58,11 +59,8 @@ def _measure(shape: LimitShape, caps: list[int | None], wrapped: dict[str, _Capp
     config = load_config()
     channels, eps, device = config.block.channels, config.block.eps, torch.device("cuda")
     dtype = DTYPES[shape.dtype]
-    gen = torch.Generator().manual_seed(1)
-    dims = (shape.batch, shape.length, channels)
-    x = torch.randn(dims, generator=gen).to(device, dtype)
-    w = (torch.rand((channels, 1, 3), generator=gen) - 0.5).to(device, dtype)
-    dyhat = torch.randn(dims, generator=gen).to(device, dtype)
+    x, w, dyhat = conv_norm_inputs(shape.batch, shape.length, channels, dtype, device,
+                                   seed=1)
     plan = plan_for(device, dtype, shape.batch, shape.length, channels, shape.dilation)
     _, mean, rstd = conv_norm.conv_norm_forward(x, w, shape.dilation, eps, plan)
 

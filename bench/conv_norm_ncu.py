@@ -29,7 +29,7 @@ from bench.step_limit import profile_shapes  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from reference.conv_norm import conv_norm_backward, conv_norm_forward  # noqa: E402
 from reference.plans import plan_for  # noqa: E402
-from reference.tuning.timing import make_l2_flush  # noqa: E402
+from reference.tuning.timing import conv_norm_inputs, make_l2_flush  # noqa: E402
 from task.inputs import DTYPES  # noqa: E402
 
 
@@ -55,11 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for shape in shapes:
         dtype = DTYPES[shape.dtype]
-        gen = torch.Generator().manual_seed(0)
-        dims = (shape.batch, shape.length, channels)
-        x = torch.randn(dims, generator=gen).to(device, dtype)
-        w = (torch.rand((channels, 1, 3), generator=gen) - 0.5).to(device, dtype)
-        dyhat = torch.randn(dims, generator=gen).to(device, dtype)
+        x, w, dyhat = conv_norm_inputs(shape.batch, shape.length, channels, dtype, device,
+                                       seed=0)
         plan = plan_for(device, dtype, shape.batch, shape.length, channels, shape.dilation)
         for _ in range(args.warmup):
             _, mean, rstd = conv_norm_forward(x, w, shape.dilation, eps, plan)

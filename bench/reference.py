@@ -102,6 +102,7 @@ from reference.plans import (  # noqa: E402
 from reference.tuning.shapes import TuneShape  # noqa: E402
 from reference.tuning.timing import (  # noqa: E402
     HIDE_LAUNCH_FLUSH_BYTES,
+    conv_norm_inputs,
     make_l2_flush,
     precompile,
     quantiles,
@@ -273,12 +274,8 @@ def measure_kernels(shape: BenchShape, channels: int, device: torch.device, plan
     """Per-round times of conv+norm forward and backward under each plan, and of a copy."""
     from reference.conv_norm import conv_norm_backward, conv_norm_forward
 
-    dtype = DTYPES[shape.dtype]
-    gen = torch.Generator().manual_seed(2)
-    dims = (shape.batch, shape.length, channels)
-    x = torch.randn(dims, generator=gen).to(device, dtype)
-    w = (torch.rand((channels, 1, 3), generator=gen) - 0.5).to(device, dtype)
-    dyhat = torch.randn(dims, generator=gen).to(device, dtype)
+    x, w, dyhat = conv_norm_inputs(shape.batch, shape.length, channels, DTYPES[shape.dtype],
+                                   device, seed=2)
     dst = torch.empty_like(x)
     eps = load_config().block.eps
     fns: dict[str, Callable[[], object]] = {"copy": lambda: dst.copy_(x)}

@@ -121,17 +121,26 @@ def median(values: Sequence[float]) -> float:
     return 0.5 * (ordered[(n - 1) // 2] + ordered[n // 2])
 
 
+def conv_norm_inputs(batch: int, length: int, channels: int, dtype: torch.dtype,
+                     device: torch.device, seed: int = 0
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random (x, conv taps, dŷ) for timing conv+norm: x and dŷ standard normal, taps uniform
+    in [-0.5, 0.5), drawn on the CPU from ``seed`` (the same values on any device)."""
+    gen = torch.Generator().manual_seed(seed)
+    dims = (batch, length, channels)
+    x = torch.randn(dims, generator=gen).to(device, dtype)
+    w = (torch.rand((channels, 1, 3), generator=gen) - 0.5).to(device, dtype)
+    dyhat = torch.randn(dims, generator=gen).to(device, dtype)
+    return x, w, dyhat
+
+
 def conv_norm_step(plan: Plan, shape: TuneShape, device: torch.device, eps: float = 1e-5,
                    seed: int = 0) -> Callable[[], None]:
     """conv+norm forward then backward with ``plan`` on fresh random data of ``shape``."""
     from reference.conv_norm import conv_norm_backward, conv_norm_forward
 
-    gen = torch.Generator().manual_seed(seed)
-    dims = (shape.batch, shape.length, shape.channels)
-    dtype = DTYPES[shape.dtype]
-    x = torch.randn(dims, generator=gen).to(device, dtype)
-    w = (torch.rand((shape.channels, 1, 3), generator=gen) - 0.5).to(device, dtype)
-    dyhat = torch.randn(dims, generator=gen).to(device, dtype)
+    x, w, dyhat = conv_norm_inputs(shape.batch, shape.length, shape.channels,
+                                   DTYPES[shape.dtype], device, seed)
 
     def step() -> None:
         _, mean, rstd = conv_norm_forward(x, w, shape.dilation, eps, plan)
