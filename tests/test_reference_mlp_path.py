@@ -1,7 +1,9 @@
 """How the reference block's two linears run on a GPU: plan data, not code (issue 17).
 
 The plan table's optional ``mlp`` entry names the path per dtype; GPUs without a table take
-`heuristic_mlp_path`. These tests need no GPU: DeviceInfo is made by hand.
+`heuristic_mlp_path`; the tuner's MLP stage (`Tuner.tune_mlp`) decides the entries. All but the
+last two tests run on the CPU (DeviceInfo made by hand, the stage's gate and timing faked); those
+two run the stage for real on a GPU.
 """
 
 from __future__ import annotations
