@@ -324,6 +324,11 @@ def table_for_gpu(gpu_name: str) -> PlanTable | None:
     return None
 
 
+def _device_table(info: DeviceInfo) -> PlanTable | None:
+    """The frozen table of the device's GPU (None on the CPU or for a GPU without one)."""
+    return table_for_gpu(info.name) if info.name != "cpu" else None
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -404,7 +409,7 @@ def plan_for(
     """
     info = device_info(torch.device(device))
     cls = shape_class(batch, length, channels, dilation)
-    table = table_for_gpu(info.name) if info.name != "cpu" else None
+    table = _device_table(info)
     hit = table.lookup(dtype, cls) if table is not None else None
     if hit is not None:
         return hit
@@ -425,10 +430,7 @@ def heuristic_mlp_path(info: DeviceInfo, dtype: torch.dtype) -> str:
     The CPU interpreter takes cuBLAS's path, because its bf16 ``tl.dot`` is not the GPU's (the
     split's CPU tests patch the GPU's arithmetic in).
     """
-    if dtype == torch.float32 and info.capability >= (8, 0):
-        return "split"
-    dtype_name(dtype)
-    return "cublas"
+    return "split" if dtype_name(dtype) == "float32" and info.capability >= (8, 0) else "cublas"
 
 
 @lru_cache(maxsize=64)
@@ -440,7 +442,7 @@ def mlp_path_for(device: torch.device | str, dtype: torch.dtype) -> str:
         ValueError: For an unsupported dtype.
     """
     info = device_info(torch.device(device))
-    table = table_for_gpu(info.name) if info.name != "cpu" else None
+    table = _device_table(info)
     hit = table.mlp.get(dtype_name(dtype)) if table is not None else None
     return hit or heuristic_mlp_path(info, dtype)
 

@@ -204,11 +204,17 @@ def _mlp_runs(args: argparse.Namespace, config: ScoringConfig, profile: str, tab
     return runs
 
 
+def _command(argv: Sequence[str] | None) -> str:
+    """This run's command line, for the table's meta."""
+    return ("python -m reference.tune "
+            + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+
+
 def _method(argv: Sequence[str] | None, args: argparse.Namespace, llm: LLMConfig | None,
             settings: TuneSettings) -> str:
-    command = "python -m reference.tune " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = _command(argv)
     mode = "reverify" if args.reverify else "tune"
-    return (f"{command.strip()} ({mode}: heuristic + neighbours"
+    return (f"{command} ({mode}: heuristic + neighbours"
             f"{' + LLM ' + llm.model if llm else ''}, gate = block vs fp64 oracle on the class "
             f"shapes + {settings.gate_cases} scoring.yaml cases, poisoned outputs; timing = "
             f"conv+norm fwd+bwd, {settings.rounds} interleaved rounds, balanced orders, L2 "
@@ -221,14 +227,14 @@ def _mlp_method(argv: Sequence[str] | None, args: argparse.Namespace, settings: 
     """The ``mlp_source`` meta: when, where, the command, how the paths were compared and what
     each got (its own date and versions: an ``--mlp-only`` run leaves the table's meta)."""
     when = table_meta(gpu, "")
-    command = "python -m reference.tune " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = _command(argv)
     verdicts = "; ".join(
         f"{r.dtype} {r.winner} ({r.action}: "
         + ", ".join(f"{p} {t['median']:.3f} ms" for p, t in r.timings.items()) + ")"
         for r in reports if r.winner)
     gain = settings.drift if args.reverify else settings.min_gain
     return (f"{when['date']}, {gpu}, torch {when['torch']}, triton {when['triton']}: "
-            f"{command.strip()} (MLP path, {'reverify' if args.reverify else 'tune'}: every path "
+            f"{command} (MLP path, {'reverify' if args.reverify else 'tune'}: every path "
             f"gated on the dtype's largest timing shape + {settings.gate_cases} scoring.yaml "
             f"cases, then the whole training step, {settings.rounds} interleaved rounds, "
             f"balanced orders, L2 flush, CUDA events; another path replaces the incumbent if "
