@@ -50,6 +50,10 @@
 #                                           #   --mlp-only on the h200 table, then --reverify
 #   bash bench/gpu_session.sh conv-norm-ncu # ~2 min: one conv+norm launch each way under ncu
 #   bash bench/gpu_session.sh conv-norm-maxnreg # ~2 min: conv+norm under register caps
+#   bash bench/gpu_session.sh conv-norm-taps # ~7 min: Plan.taps_once A/B on every h200 shape,
+#                                           #   then the tuner on every h200 class (not the MLP)
+#   bash bench/gpu_session.sh reference-all # ~7 min: every reference GPU test in four processes,
+#                                           #   then bench/reference.py on every h200 shape
 #   bash bench/gpu_session.sh published     # ~3 min: g of the reference as submission, 3 timing
 #                                           #   phases (grader/published_speedups.json)
 #   bash bench/gpu_session.sh held-ab       # ~6 min: the hold-page corpus entries, a sequential
@@ -67,7 +71,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|conv-norm-taps|reference-all|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -241,6 +245,49 @@ conv-norm-ncu)
     else
         echo "ncu: not found" | tee -a "$OUT/summary.txt"
     fi
+    ;;
+conv-norm-taps)
+    # Issue 17: the conv taps loaded once per program (Plan.taps_once) against once per tile on
+    # every h200 shape under the plans the reference picks, outputs compared bit for bit; then
+    # the tuner decides every h200 class's plan afresh (the taps toggle is each plan's first
+    # neighbour), the MLP paths left as they are.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 150 python3 bench/conv_norm_plans.py --vary "taps_once=0;taps_once=1" \
+        --out "$OUT/taps.json" > "$OUT/taps.log" 2>&1
+    echo "taps A/B: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT/taps.log" >> "$OUT/summary.txt"
+    timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 -m reference.tune --profile h200 \
+        --skip-mlp --max-candidates 6 --gate-cases 2 --rounds 30 \
+        --time-budget-s $(( ${LIMIT:-560} - $(elapsed) - 90 )) \
+        --table reference/plans/h200.json --out "$OUT/h200.json" --report "$OUT/tune.json" \
+        > "$OUT/tune.log" 2>&1
+    echo "tune: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -h "decide\|keep\|PROMOTE\|promot\|entries passed" "$OUT/tune.log" \
+        >> "$OUT/summary.txt"
+    ;;
+reference-all)
+    # Issue 17: every GPU test of the reference in four pytest processes on the one GPU
+    # (correctness only, nothing timed) beside torch.compile's warm-up of every h200 shape,
+    # then the benchmark of record on every h200 shape.
+    versions > "$OUT/summary.txt" 2>&1
+    nice -n 10 timeout 250 python3 bench/reference.py --warm-compile-only --profiles h200 \
+        --compile-profiles h200 --warm-timeout-s 240 --out-dir "$OUT" > "$OUT/warm.log" 2>&1 &
+    warm=$!
+    suite ref-fp32 300 tests/test_reference_gpu.py -k "test_case_every_dtype and float32" \
+        >> "$OUT/summary.txt" &
+    a=$!
+    suite ref-half 300 tests/test_reference_gpu.py -k "test_case_every_dtype and not float32" \
+        >> "$OUT/summary.txt" &
+    b=$!
+    suite ref-rest 300 -m gpu tests/test_reference_gpu.py tests/test_reference_split_linear.py \
+        -k "not test_case_every_dtype" >> "$OUT/summary.txt" &
+    c=$!
+    suite mlp-gpu 300 -m gpu tests/test_reference_mlp.py tests/test_reference_mlp_path.py \
+        >> "$OUT/summary.txt" &
+    wait "$a" "$b" "$c" $!
+    wait "$warm"
+    echo "compile warm: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    bench_record h200-all
     ;;
 conv-norm-maxnreg)
     # Issue 17: does a register cap (Triton's maxnreg) lift conv+norm's register-limited

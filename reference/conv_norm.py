@@ -83,8 +83,13 @@ def _tile_coords(
     EVEN_C: tl.constexpr,  # C == BLOCK_C: no column mask at all
 ):
     """Rows, columns and their validity for tile t: rows r + d·i, r < d, row < L."""
-    cb = t % n_cb
-    rest = t // n_cb
+    if EVEN_C:
+        # One channel block (n_cb == 1): two integer divisions less per tile.
+        cb = 0
+        rest = t
+    else:
+        cb = t % n_cb
+        rest = t // n_cb
     pb = rest % n_pb
     rb = rest // n_pb
     k = tl.arange(0, BLOCK_P * BLOCK_R)
@@ -118,9 +123,26 @@ def _load_taps(W, cols, col_ok):
 
 
 @triton.jit
-def _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d):
+def _all_taps(W, C, BLOCK_C: tl.constexpr):
+    """The taps of columns 0 … BLOCK_C − 1, loaded once before a tile loop (see `_tile_taps`)."""
+    cols = tl.arange(0, BLOCK_C)
+    return _load_taps(W, cols, cols < C)
+
+
+@triton.jit
+def _tile_taps(W, cols, col_ok, w0, w1, w2, EVEN_C: tl.constexpr, TAPS_ONCE: tl.constexpr):
+    """The taps of a tile's columns. With one channel block (EVEN_C) every tile has the same
+    columns, so under TAPS_ONCE the loop-invariant taps from `_all_taps` are returned as they
+    are; otherwise they are loaded for this tile, which converts them to the tile's register
+    layout through shared memory, two block barriers per tap (see `Plan.taps_once`)."""
+    if not (EVEN_C and TAPS_ONCE):
+        w0, w1, w2 = _load_taps(W, cols, col_ok)
+    return w0, w1, w2
+
+
+@triton.jit
+def _conv_tile(X_b, w0, w1, w2, rows, row_ok, cols, col_ok, L, C, d):
     """y = conv(x) on the tile's rows (fp32, zero on invalid rows and columns)."""
-    w0, w1, w2 = _load_taps(W, cols, col_ok)
     x_m = _load_rows(X_b, rows - d, row_ok, cols, col_ok, L, C)
     x_0 = _load_rows(X_b, rows, row_ok, cols, col_ok, L, C)
     x_p = _load_rows(X_b, rows + d, row_ok, cols, col_ok, L, C)
@@ -189,6 +211,7 @@ def _conv_norm_fwd_kernel(
     BLOCK_C: tl.constexpr,
     BLOCK_G: tl.constexpr,  # power of two ≥ group (see _block_g)
     EVEN_C: tl.constexpr,  # C == BLOCK_C
+    TAPS_ONCE: tl.constexpr,  # Plan.taps_once
 ):
     """conv → per-example mean/rstd → yhat, one group of programs per example."""
     # Tickets, not program ids, so a group's members start in order (see module docstring).
@@ -203,12 +226,18 @@ def _conv_norm_fwd_kernel(
     n_p = 0.0
     mean_p = 0.0
     m2_p = 0.0
+    a0, a1, a2 = _all_taps(W, C, BLOCK_C)
     for t in range(member, n_tiles, group):
         rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
                                                   BLOCK_C, EVEN_C)
         ok = row_ok[:, None] & col_ok[None, :]
-        v = tl.where(ok, _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d) - shift, 0.0)
-        n_t = tl.sum(row_ok.to(tl.float32)) * tl.minimum(C - (t % n_cb) * BLOCK_C, BLOCK_C)
+        w0, w1, w2 = _tile_taps(W, cols, col_ok, a0, a1, a2, EVEN_C, TAPS_ONCE)
+        v = tl.where(ok, _conv_tile(X_b, w0, w1, w2, rows, row_ok, cols, col_ok, L, C, d) - shift,
+                     0.0)
+        if EVEN_C:
+            n_t = tl.sum(row_ok.to(tl.float32)) * C
+        else:
+            n_t = tl.sum(row_ok.to(tl.float32)) * tl.minimum(C - (t % n_cb) * BLOCK_C, BLOCK_C)
         mean_t = tl.sum(v) / tl.maximum(n_t, 1.0)
         m2_t = tl.sum(tl.where(ok, (v - mean_t) * (v - mean_t), 0.0))
         n_pt = n_p + n_t
@@ -241,7 +270,8 @@ def _conv_norm_fwd_kernel(
         rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
                                                   BLOCK_C, EVEN_C)
         ok = row_ok[:, None] & col_ok[None, :]
-        y = _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d)
+        w0, w1, w2 = _tile_taps(W, cols, col_ok, a0, a1, a2, EVEN_C, TAPS_ONCE)
+        y = _conv_tile(X_b, w0, w1, w2, rows, row_ok, cols, col_ok, L, C, d)
         yhat = ((y - shift) - mean_s) * rstd
         tl.store(YHAT_b + rows[:, None] * C + cols[None, :],
                  yhat.to(YHAT.dtype.element_ty), mask=ok)
@@ -289,6 +319,7 @@ def _conv_norm_bwd_kernel(
     BLOCK_C: tl.constexpr,
     BLOCK_G: tl.constexpr,
     EVEN_C: tl.constexpr,
+    TAPS_ONCE: tl.constexpr,  # Plan.taps_once
 ):
     """c1, c2 per example → dy → dx and per-program dw partials, one group per example."""
     # Tickets, not program ids, so a group's members start in order (see module docstring).
@@ -304,11 +335,13 @@ def _conv_norm_bwd_kernel(
     # Per-lane accumulators, reduced once after the loop (as in the forward).
     acc_1 = tl.zeros((BLOCK_P * BLOCK_R, BLOCK_C), dtype=tl.float32)
     acc_2 = tl.zeros((BLOCK_P * BLOCK_R, BLOCK_C), dtype=tl.float32)
+    a0, a1, a2 = _all_taps(W, C, BLOCK_C)
     for t in range(member, n_tiles, group):
         rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
                                                   BLOCK_C, EVEN_C)
         ok = row_ok[:, None] & col_ok[None, :]
-        y = _conv_tile(X_b, W, rows, row_ok, cols, col_ok, L, C, d)
+        w0, w1, w2 = _tile_taps(W, cols, col_ok, a0, a1, a2, EVEN_C, TAPS_ONCE)
+        y = _conv_tile(X_b, w0, w1, w2, rows, row_ok, cols, col_ok, L, C, d)
         yhat = tl.where(ok, (y - mean) * rstd, 0.0)
         dyhat = _load_rows(DYHAT_b, rows, row_ok, cols, col_ok, L, C)
         acc_1 += yhat * dyhat
@@ -334,7 +367,7 @@ def _conv_norm_bwd_kernel(
         rows, row_ok, cols, col_ok = _tile_coords(t, n_cb, n_pb, L, C, d, BLOCK_P, BLOCK_R,
                                                   BLOCK_C, EVEN_C)
         ok = row_ok[:, None] & col_ok[None, :]
-        w0, w1, w2 = _load_taps(W, cols, col_ok)
+        w0, w1, w2 = _tile_taps(W, cols, col_ok, a0, a1, a2, EVEN_C, TAPS_ONCE)
         x_mm = _load_rows(X_b, rows - 2 * d, row_ok, cols, col_ok, L, C)
         x_m = _load_rows(X_b, rows - d, row_ok, cols, col_ok, L, C)
         x_0 = _load_rows(X_b, rows, row_ok, cols, col_ok, L, C)
@@ -509,7 +542,7 @@ def conv_norm_forward(
         tiling["n_tiles"], tiling["n_cb"], tiling["n_pb"], group,
         BLOCK_P=tiling["BLOCK_P"], BLOCK_R=tiling["BLOCK_R"], BLOCK_C=tiling["BLOCK_C"],
         BLOCK_G=_block_g(group), EVEN_C=channels == tiling["BLOCK_C"],
-        num_warps=plan.fwd_num_warps, num_stages=plan.num_stages,
+        TAPS_ONCE=plan.taps_once, num_warps=plan.fwd_num_warps, num_stages=plan.num_stages,
     )
     return yhat, mean, rstd
 
@@ -571,7 +604,7 @@ def conv_norm_backward(
         HAS_RES=residual_grad is not None, SPLIT_C=split_c,
         BLOCK_P=tiling["BLOCK_P"], BLOCK_R=tiling["BLOCK_R"], BLOCK_C=tiling["BLOCK_C"],
         BLOCK_G=_block_g(group), EVEN_C=channels == tiling["BLOCK_C"],
-        num_warps=plan.bwd_num_warps, num_stages=plan.num_stages,
+        TAPS_ONCE=plan.taps_once, num_warps=plan.bwd_num_warps, num_stages=plan.num_stages,
     )
     # Fixed-order fp32 sum over programs: deterministic (torch's reductions use no atomics).
     dw = dw_part.sum(dim=0).t().reshape(channels, 1, 3).to(weight.dtype)

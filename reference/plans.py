@@ -101,6 +101,14 @@ class Plan:
             tiles, to the SM count, and to 1 under the Triton interpreter).
         bwd_group: Programs per example in the backward, clamped the same way.
         num_stages: Software-pipelining depth passed to Triton (both kernels).
+        taps_once: 1 loads the conv taps once per program, before the tile loops, where every
+            tile has all the channels (one channel block); 0 loads them on every tile. Same
+            arithmetic either way; what differs is the machine code: a per-tile load converts
+            the taps to the tile's register layout through shared memory, with two block
+            barriers per tap on every tile (`bench/conv_norm_sass.py`), while a hoisted one
+            keeps them live in registers. On an H200 that made bf16 conv+norm 5-10% faster
+            and some fp32 classes slower (`bench/results/conv-norm-v4-h200-2026-12-04/`),
+            so it is a plan field the tuner decides.
     """
 
     fwd_block_rows: int = 32
@@ -111,11 +119,14 @@ class Plan:
     fwd_group: int = 8
     bwd_group: int = 8
     num_stages: int = 1
+    taps_once: int = 0
 
     def __post_init__(self) -> None:
         check_plan_fields(self, dict.fromkeys(("fwd_block_rows", "bwd_block_rows", "block_c",
                                                "fwd_num_warps", "bwd_num_warps"), 1),
                           ("fwd_group", "bwd_group", "num_stages"))
+        if self.taps_once not in (0, 1):
+            raise ValueError(f"Plan.taps_once={self.taps_once} must be 0 or 1")
         for name in ("fwd_block_rows", "bwd_block_rows"):
             tile = getattr(self, name) * self.block_c
             if tile > MAX_TILE_ELEMENTS:
@@ -353,16 +364,20 @@ def heuristic_plan(
     deadlock-free: a whole group is always resident). Tiles: full channel rows up to 128
     channels; 32 forward rows at 4 warps and 8 backward rows at 4 warps (the backward holds
     about ten tiles live, so smaller tiles avoid spills), the settings that won most shapes.
+    Taps loaded once per program (``taps_once``) for 2-byte dtypes, whose kernels are bound by
+    instructions issued, not for fp32, whose are bound by memory latency (H200, 2026-12-04:
+    bf16 +5-10% at the table's plans, fp32 between -9% and +5%;
+    `bench/results/conv-norm-v4-h200-2026-12-04/`).
 
     Args:
         info: Device properties (`device_info`).
-        dtype: Input dtype (unused today; tables are per dtype, the heuristic is not).
+        dtype: Input dtype (only ``taps_once`` depends on it).
         batch, length, channels, dilation: The input's shape and the conv's dilation.
 
     Returns:
         A valid Plan.
     """
-    del dtype, batch, dilation  # documented inputs the heuristic does not (yet) use
+    del batch, dilation  # documented inputs the heuristic does not (yet) use
     block_c = min(next_pow2(channels), 128)
     cblocks = -(-channels // block_c)
 
@@ -382,6 +397,7 @@ def heuristic_plan(
         fwd_group=group(4, 32),
         bwd_group=group(8, bwd_rows),
         num_stages=1,
+        taps_once=int(dtype.itemsize == 2),
     )
 
 

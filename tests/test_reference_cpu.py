@@ -84,6 +84,20 @@ def split_specs() -> list[dict[str, Any]]:
     ]
 
 
+def taps_specs() -> list[dict[str, Any]]:
+    """The taps loaded once per program (Plan.taps_once) over several tiles of one channel
+    block, the only layout where it changes the code; fp32 normal and offset, fp16."""
+    plan = {"fwd_block_rows": 4, "bwd_block_rows": 4, "block_c": 16, "fwd_group": 1,
+            "bwd_group": 1, "taps_once": 1}
+    return [
+        {"kind": "kernel", "batch": 2, "length": 33, "channels": 16, "dilation": dilation,
+         "dtype": dtype, "family": family, "seed": 31 + dilation, "plan": plan}
+        for dtype, family in (("float32", "normal"), ("float32", "offset"),
+                              ("float16", "normal"))
+        for dilation in (1, 5)
+    ]
+
+
 def block_specs(case: str) -> list[dict[str, Any]]:
     from grader.config import load_config
 
@@ -109,6 +123,7 @@ def all_groups() -> dict[str, list[dict[str, Any]]]:
     groups = {f"kernel-{d}-{c}": kernel_specs(d, c) for d, c in KERNEL_GRID}
     groups["offset"] = offset_specs()
     groups["split"] = split_specs()
+    groups["taps"] = taps_specs()
     groups.update({f"block-{case}": block_specs(case) for case in SMOKE_CASES})
     groups["identity"] = identity_specs()
     groups["residual"] = residual_specs()
@@ -157,6 +172,38 @@ def test_conv_norm_offset_family(interpreted: dict) -> None:
 def test_conv_norm_split_channels_and_residues(interpreted: dict) -> None:
     """Plans whose tiles split the channels (SPLIT_C path) or stack several residues."""
     assert_within(split_specs(), results_of(interpreted, "split"))
+
+
+def test_conv_norm_taps_once(interpreted: dict) -> None:
+    """Taps loaded once per program, over several tiles: within budget like the rest."""
+    assert_within(taps_specs(), results_of(interpreted, "taps"))
+
+
+TAPS_BITWISE = r"""
+import json, math, torch
+from reference.conv_norm import conv_norm_backward, conv_norm_forward
+from reference.plans import Plan
+out = []
+for dtype in (torch.float32, torch.float16):
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(2, 21, 16, generator=gen) + 3).to(dtype)
+    w = (torch.randn(16, 1, 3, generator=gen) / math.sqrt(3)).to(dtype)
+    g = torch.randn(2, 21, 16, generator=gen).to(dtype)
+    runs = []
+    for taps_once in (0, 1):
+        plan = Plan(fwd_block_rows=4, bwd_block_rows=2, block_c=16, fwd_group=1, bwd_group=1,
+                    taps_once=taps_once)
+        yhat, mean, rstd = conv_norm_forward(x, w, 2, 1e-5, plan)
+        runs.append((yhat, mean, rstd, *conv_norm_backward(g, x, w, mean, rstd, 2, plan, g)))
+    out.append(all(torch.equal(a, b) for a, b in zip(*runs)))
+print(json.dumps(out))
+"""
+
+
+def test_taps_once_changes_no_arithmetic() -> None:
+    """Plan.taps_once moves the taps' load out of the tile loops, nothing else: every output,
+    forward and backward (residual gradient included), is bitwise the same either way."""
+    assert run_interpreted(["-c", TAPS_BITWISE], timeout=TIMEOUT_S) == [True, True]
 
 
 # --- interpreted block checks ------------------------------------------------------------------
@@ -218,6 +265,10 @@ def test_plan_validation() -> None:
         Plan(fwd_group=0)
     with pytest.raises(ValueError, match="unknown Plan fields"):
         Plan.from_dict({"bogus": 1})
+    with pytest.raises(ValueError, match="taps_once=2 must be 0 or 1"):
+        Plan(taps_once=2)
+    # Tables written before the field existed load with the taps loaded per tile.
+    assert Plan.from_dict({"fwd_group": 4}).taps_once == 0
 
 
 def test_shape_class_buckets() -> None:
@@ -248,6 +299,10 @@ def test_heuristic_and_plan_for() -> None:
     h200 = DeviceInfo(name="NVIDIA H200", sm_count=132, l2_bytes=60 * 2**20)
     plan = heuristic_plan(h200, torch.float32, 32, 4096, 128, 1)
     assert 1 <= plan.fwd_group <= h200.sm_count and 1 <= plan.bwd_group <= h200.sm_count
+    # Taps once per program for 2-byte dtypes only (Plan.taps_once, heuristic_plan).
+    assert plan.taps_once == 0
+    assert heuristic_plan(h200, torch.bfloat16, 32, 4096, 128, 1).taps_once == 1
+    assert heuristic_plan(h200, torch.float16, 32, 4096, 128, 1).taps_once == 1
     # On the CPU there is no L2 to size groups by: one program per example.
     cpu = plan_for("cpu", torch.float16, 2, 33, 7, 2)
     assert cpu.fwd_group == 1 and cpu.bwd_group == 1

@@ -63,6 +63,10 @@ GROUP_PLANS = [
     {"fwd_group": 8, "bwd_group": 8, "block_c": 32},  # split channels
     {"fwd_group": 8, "bwd_group": 8, "fwd_block_rows": 64, "bwd_block_rows": 8,
      "fwd_num_warps": 8, "bwd_num_warps": 8},
+    # Taps loaded once per program, one channel block (Plan.taps_once), and with split channels
+    # (where the kernels load them per tile all the same).
+    {"fwd_group": 16, "bwd_group": 16, "taps_once": 1},
+    {"fwd_group": 8, "bwd_group": 8, "block_c": 32, "taps_once": 1},
 ]
 KERNEL_SHAPES = [
     (3, 4096, 128, 1),

@@ -79,6 +79,8 @@ def test_neighbourhood_is_deterministic_distinct_valid_and_bounded() -> None:
         assert check_plan(plan.to_dict(), BASE, RANGES) == plan
     assert neighbourhood(BASE, RANGES, 3) == first[:3]
     assert neighbourhood(BASE, RANGES, 0) == []
+    # The first move toggles where the taps are loaded (Plan.taps_once), nothing else.
+    assert first[0] == Plan.from_dict({**BASE.to_dict(), "taps_once": 1 - BASE.taps_once})
 
 
 def test_neighbourhood_clamps_groups_at_the_sm_count() -> None:
@@ -467,12 +469,14 @@ def make_tuner(monkeypatch: pytest.MonkeyPatch, **settings: Any) -> Tuner:
 
 
 def test_tune_group_promotes_the_fastest_gated_neighbour(monkeypatch: pytest.MonkeyPatch) -> None:
-    tuner = make_tuner(monkeypatch, max_candidates=4)
+    # The heuristic and four neighbours: the taps toggle, groups ×2 and ÷2, then taller tiles
+    # (the fake timing's fastest).
+    tuner = make_tuner(monkeypatch, max_candidates=5)
     group = ShapeGroup("float32", SHAPE.key, (SHAPE,))
     report, plan = tuner.tune_group(group, None)
     assert report.action == "promoted" and plan is not None
     assert plan.fwd_block_rows == 2 * BASE.fwd_block_rows
-    assert len(report.candidates) == 4 and report.incumbent == "heuristic"
+    assert len(report.candidates) == 5 and report.incumbent == "heuristic"
 
 
 def test_tune_group_keeps_a_frozen_entry_that_is_already_best(

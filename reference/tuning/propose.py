@@ -37,6 +37,7 @@ def plan_ranges(info: DeviceInfo) -> dict[str, tuple[int, ...]]:
         "fwd_group": groups,
         "bwd_group": groups,
         "num_stages": tuple(range(1, MAX_STAGES + 1)),
+        "taps_once": (0, 1),
     }
 
 
@@ -80,9 +81,12 @@ def check_plan(fields: Mapping[str, Any], base: Plan, ranges: Mapping[str, tuple
 
 
 def _moves(base: Plan) -> Iterator[dict[str, int]]:
-    """Neighbour moves in order of expected value: the L2 footprint (groups) first, then tile
-    height with warps scaled alike (keeps rows per warp), then each alone, then pipelining."""
+    """Neighbour moves in order of expected value: the taps loaded once or per tile (same tiles,
+    different machine code; its effect varied by class on the H200), the L2 footprint (groups),
+    then tile height with warps scaled alike (keeps rows per warp), then each alone, then
+    pipelining."""
     b = base
+    yield {"taps_once": 1 - b.taps_once}
     yield {"fwd_group": b.fwd_group * 2, "bwd_group": b.bwd_group * 2}
     yield {"fwd_group": b.fwd_group // 2, "bwd_group": b.bwd_group // 2}
     yield {"fwd_block_rows": b.fwd_block_rows * 2, "fwd_num_warps": b.fwd_num_warps * 2,
