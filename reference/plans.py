@@ -106,9 +106,10 @@ class Plan:
             arithmetic either way; what differs is the machine code: a per-tile load converts
             the taps to the tile's register layout through shared memory, with two block
             barriers per tap on every tile (`bench/conv_norm_sass.py`), while a hoisted one
-            keeps them live in registers. On an H200 that made bf16 conv+norm 5-10% faster
+            keeps them live in registers. On an H200 that made bf16 conv+norm 4-11% faster
             and some fp32 classes slower (`bench/results/conv-norm-v4-h200-2026-12-04/`),
-            so it is a plan field the tuner decides.
+            so it is a plan field the tuner decides. With several channel blocks the taps
+            are loaded per tile either way.
     """
 
     fwd_block_rows: int = 32
@@ -365,9 +366,9 @@ def heuristic_plan(
     channels; 32 forward rows at 4 warps and 8 backward rows at 4 warps (the backward holds
     about ten tiles live, so smaller tiles avoid spills), the settings that won most shapes.
     Taps loaded once per program (``taps_once``) for 2-byte dtypes, whose kernels are bound by
-    instructions issued, not for fp32, whose are bound by memory latency (H200, 2026-12-04:
-    bf16 +5-10% at the table's plans, fp32 between -9% and +5%;
-    `bench/results/conv-norm-v4-h200-2026-12-04/`).
+    instructions issued, not for fp32, whose are bound by memory latency (H200, 2026-12-04, at
+    the table's plans: bf16 forward +4-6%, backward +10-11%; fp32 forward -8% to +5%, backward
+    -2% to -4%; `bench/results/conv-norm-v4-h200-2026-12-04/`).
 
     Args:
         info: Device properties (`device_info`).
