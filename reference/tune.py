@@ -241,6 +241,14 @@ def _mlp_method(argv: Sequence[str] | None, args: argparse.Namespace, settings: 
             f"the paired speedup's CI > 1 and median >= {1 + gain:.2f}): {verdicts}")
 
 
+def _decided(reports: Sequence[GroupReport]) -> set[tuple[str, str]]:
+    """The (dtype, key) classes this run decided (tuned: kept or promoted; re-verified: kept,
+    replaced or removed). Not those it could not time or whose every candidate failed: their
+    entry stays what an earlier run made it."""
+    return {(r.dtype, r.key) for r in reports
+            if r.action in ("kept", "promoted", "keep", "replace", "remove")}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status (0 ok, 1 a shape class or MLP path has nothing
     that passed the gate)."""
@@ -296,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 updates[(group.dtype, group.key)] = plan
         reports.append(report)
         # Written after every class: a run stopped by a time limit keeps what it decided.
-        _write_outputs(args, out, merge_table(table, updates, meta),
+        _write_outputs(args, out, merge_table(table, updates, meta, decided=_decided(reports)),
                        reports, profile, secret, tuner.can_time, device)
     mlp_updates: dict[str, str] = {}
     mlp_reports: list[MLPReport] = []
@@ -313,10 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             mlp_updates[dtype] = path
         _write_outputs(args, out, merge_table(
             table, updates, meta, mlp_updates,
-            _mlp_method(argv, args, settings, mlp_reports, info.name)), reports, profile, secret,
-            tuner.can_time, device, mlp_reports)
+            _mlp_method(argv, args, settings, mlp_reports, info.name), _decided(reports)),
+            reports, profile, secret, tuner.can_time, device, mlp_reports)
     new_table = merge_table(table, updates, meta, mlp_updates,
-                            _mlp_method(argv, args, settings, mlp_reports, info.name))
+                            _mlp_method(argv, args, settings, mlp_reports, info.name),
+                            _decided(reports))
     _write_outputs(args, out, new_table, reports, profile, secret, tuner.can_time, device,
                    mlp_reports)
     if out is not None and (device.type == "cuda" or args.out is not None):

@@ -434,6 +434,36 @@ def test_merge_and_round_trip(tmp_path: Path) -> None:
     assert set(loaded.meta) >= {"gpu", "torch", "triton", "date", "method"}
 
 
+def test_merge_keeps_the_provenance_of_entries_this_run_did_not_decide() -> None:
+    start = PlanTable(meta=table_meta("NVIDIA H200", "run one"),
+                      plans={"float32": {"k1": FROZEN, "k2": BASE}, "bfloat16": {"k3": BASE}})
+    new = table_meta("NVIDIA H200", "run two")
+    # k1 decided (kept as it was, so not among the updates), k3 promoted; k2 untouched.
+    merged = merge_table(start, {("bfloat16", "k3"): NEIGHBOUR}, new,
+                         decided={("float32", "k1"), ("bfloat16", "k3")})
+    assert merged.meta["method"] == "run two | float32/k2 from before: run one"
+    assert new["method"] == "run two"  # the caller's meta is not modified
+    # Every entry decided, or no record of what was: the new method alone.
+    every = merge_table(start, {}, new, decided={("float32", "k1"), ("float32", "k2"),
+                                                 ("bfloat16", "k3")})
+    assert every.meta["method"] == "run two"
+    assert merge_table(start, {}, new).meta["method"] == "run two"
+    # A run that tunes no plan passes the table's own meta: nothing is quoted twice.
+    assert merge_table(start, {}, start.meta, decided=set()).meta["method"] == "run one"
+
+
+def test_decided_classes_are_those_a_run_settled() -> None:
+    from reference.tune import _decided
+
+    reports = []
+    for action in ("kept", "promoted", "untimed", "failed", "keep", "replace", "remove"):
+        report = GroupReport("float32", action, "s", "frozen")
+        report.action = action
+        reports.append(report)
+    assert {key for _, key in _decided(reports)} == {"kept", "promoted", "keep", "replace",
+                                                     "remove"}
+
+
 def test_unproven_entries_names_what_this_run_did_not_gate() -> None:
     table = PlanTable(meta={}, plans={"float32": {"k1": FROZEN, "k2": BASE}})
     report = GroupReport("float32", "k1", "s", "frozen",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,9 +105,13 @@ def pick_winner(incumbent: str, samples: Mapping[str, Sequence[float]],
 
 def merge_table(table: PlanTable, updates: Mapping[tuple[str, str], Plan | None],
                 meta: Mapping[str, str], mlp_updates: Mapping[str, str] | None = None,
-                mlp_source: str = "") -> PlanTable:
+                mlp_source: str = "", decided: Collection[tuple[str, str]] | None = None
+                ) -> PlanTable:
     """A new table: ``updates`` set (Plan) or remove (None) entries by (dtype, key); others kept.
 
+    ``decided`` names the (dtype, key) classes this run decided, changed or not. Where the new
+    ``meta`` has a method of its own, entries kept from the table that this run did not decide
+    keep their provenance: the old method is quoted after the new one, with their names.
     ``mlp_updates`` set MLP paths by dtype, and ``mlp_source`` (how this run decided them)
     becomes the ``mlp_source`` meta. Without them the table's MLP paths and their source are
     kept as they were; paths this run did not decide keep theirs, quoted after the new one.
@@ -121,6 +125,14 @@ def merge_table(table: PlanTable, updates: Mapping[tuple[str, str], Plan | None]
             entries.pop(key, None)
         else:
             entries[key] = plan
+    meta = dict(meta)
+    old_method = table.meta.get("method", "")
+    if decided is not None and old_method and meta.get("method", old_method) != old_method:
+        done = set(decided) | set(updates)
+        older = sorted(f"{dtype}/{key}" for dtype, entries in plans.items() for key in entries
+                       if (dtype, key) not in done)
+        if older:
+            meta["method"] += f" | {', '.join(older)} from before: {old_method}"
     old_source = table.meta.get("mlp_source", "")
     kept = sorted(set(table.mlp) - set(mlp_updates or {}))
     if mlp_updates:
