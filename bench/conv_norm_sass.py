@@ -37,6 +37,7 @@ from triton.compiler import ASTSource
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "bench"))
 
 import reference.conv_norm as conv_norm  # noqa: E402
 
@@ -91,10 +92,11 @@ def _tools() -> tuple[str, str]:
     return str(bindir), str(cuobjdump)
 
 
-def _signature(fn: triton.runtime.JITFunction, dtype: str) -> dict[str, str]:
+def _signature(fn: triton.runtime.JITFunction, dtype: str,
+               constexprs: frozenset[str] = frozenset()) -> dict[str, str]:
     sig = {}
     for name in fn.arg_names:
-        if name in CONSTEXPR_ARGS:
+        if name in CONSTEXPR_ARGS or name in constexprs:
             sig[name] = "constexpr"
         elif name in X_DTYPE_ARGS:
             sig[name] = f"*{TRITON_TYPES[dtype]}"
@@ -110,16 +112,28 @@ def _signature(fn: triton.runtime.JITFunction, dtype: str) -> dict[str, str]:
 
 
 def compile_kernel(direction: str, dtype: str, rows: int, block_c: int, num_warps: int,
-                   taps_once: int, arch: int) -> bytes:
+                   taps_once: int, arch: int, kernel: str = "reference") -> bytes:
     """The cubin of one conv+norm kernel for ``sm_<arch>``: rows × block_c tiles of one chain
     position block (dilation 1's tiling), channels = block_c (one channel block), the taps
-    loaded once or per tile (`Plan.taps_once`)."""
-    fn = conv_norm._conv_norm_fwd_kernel if direction == "fwd" else conv_norm._conv_norm_bwd_kernel
-    sig = _signature(fn, dtype)
-    consts = {"BLOCK_P": rows, "BLOCK_R": 1, "BLOCK_C": block_c, "BLOCK_G": 256, "EVEN_C": True,
-              "TAPS_ONCE": taps_once}
-    if direction == "bwd":
-        consts.update(HAS_RES=False, SPLIT_C=False)
+    loaded once or per tile (`Plan.taps_once`). ``kernel="shift"`` compiles
+    `bench/conv_norm_shift.py`'s instead (C × rows tiles, one warp; taps_once does not apply)."""
+    if kernel == "shift":
+        import conv_norm_shift
+
+        fn = (conv_norm_shift._conv_norm_fwd_shift_kernel if direction == "fwd"
+              else conv_norm_shift._conv_norm_bwd_shift_kernel)
+        sig = _signature(fn, dtype, frozenset({"C", "P"}))
+        consts = {"C": block_c, "P": rows, "BLOCK_G": 256}
+        if direction == "bwd":
+            consts["HAS_RES"] = False
+    else:
+        fn = (conv_norm._conv_norm_fwd_kernel if direction == "fwd"
+              else conv_norm._conv_norm_bwd_kernel)
+        sig = _signature(fn, dtype)
+        consts = {"BLOCK_P": rows, "BLOCK_R": 1, "BLOCK_C": block_c, "BLOCK_G": 256,
+                  "EVEN_C": True, "TAPS_ONCE": taps_once}
+        if direction == "bwd":
+            consts.update(HAS_RES=False, SPLIT_C=False)
     index = {name: i for i, name in enumerate(fn.arg_names)}
     attrs = {(index[n],): [["tt.divisibility", 16]] for n in fn.arg_names
              if sig[n].startswith("*") or n in ("L", "C")}
@@ -154,10 +168,10 @@ def _loops(sass: str, elements_per_thread: int) -> list[Loop]:
 
 
 def analyse(direction: str, dtype: str, rows: int, block_c: int, num_warps: int,
-            taps_once: int = 1, arch: int = 90) -> KernelCode:
+            taps_once: int = 1, arch: int = 90, kernel: str = "reference") -> KernelCode:
     """Compile one kernel and read its resources and loops from cuobjdump."""
     _, cuobjdump = _tools()
-    cubin = compile_kernel(direction, dtype, rows, block_c, num_warps, taps_once, arch)
+    cubin = compile_kernel(direction, dtype, rows, block_c, num_warps, taps_once, arch, kernel)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         Path(path).write_bytes(cubin)
@@ -196,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bwd", default="8x4", help="backward configurations")
     p.add_argument("--block-c", type=int, default=128)
     p.add_argument("--taps-once", default="0,1", help="Plan.taps_once values to compile")
+    p.add_argument("--kernel", choices=("reference", "shift"), default="reference",
+                   help="reference/conv_norm.py's kernels, or bench/conv_norm_shift.py's "
+                   "(one warp: give rows x 1; taps_once does not apply)")
     p.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 89 for an L4")
     p.add_argument("--sms", type=int, default=132, help="for the issue bound (H200: 132)")
     p.add_argument("--clock-ghz", type=float, default=1.98, help="SM clock (H200: 1.98)")
@@ -209,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         for direction, configs in (("fwd", args.fwd), ("bwd", args.bwd)):
             for tile_rows, warps in _configs(configs):
                 code = analyse(direction, dtype, tile_rows, args.block_c, warps, taps_once,
-                               args.arch)
+                               args.arch, args.kernel)
                 bound = issue_bound_fraction(code, args.sms, args.clock_ghz, args.copy_gbs)
                 loops = ", ".join(f"{lp.instructions} instr ({lp.per_element:.1f}/element, "
                                   f"{lp.barriers} BAR, {lp.global_loads} LDG)"
