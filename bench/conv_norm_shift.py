@@ -22,9 +22,9 @@ partial rows summed in a fixed order). One channel block only (C a power of two 
 Not timed yet: written when the session's GPU time was spent. Its machine code, without a GPU
 (`python bench/conv_norm_sass.py --kernel shift --fwd 8x1 --bwd 8x1`, sm_90, tiles of 8 rows):
 no block barrier in any loop; forward 26 (fp32) and 30 (bf16) instructions an element against
-the reference's 36-37, backward 37 and 44 against 71-78, so bf16 is no longer capped below copy
-bandwidth by issue (at most 107% and 146% at full issue); the price is 214-242 registers a
-thread in the backward (8 one-warp programs an SM). On a GPU:
+the reference's 36-37, backward 37 and 45 against 71-78, so bf16 is no longer capped below copy
+bandwidth by issue (at most 107% and 144% at full issue); 128-154 registers a thread in the
+backward (12-16 one-warp programs an SM), and 16-row tiles do not spill. On a GPU:
 
     python bench/conv_norm_shift.py --rows 8,16 --groups 33,66,132 --out shift.json
     OUT=$OUT bash bench/gpu_session.sh conv-norm-shift
@@ -226,15 +226,17 @@ def _conv_norm_bwd_shift_kernel(X, W, DYHAT, RES, MEAN, RSTD, DX, DWPART, PART, 
     rstd = tl.load(RSTD + b)
     w0, w1, w2 = _taps(W, C)
 
-    acc_1 = tl.zeros((C, P), dtype=tl.float32)
-    acc_2 = tl.zeros((C, P), dtype=tl.float32)
+    # Accumulators per channel: a tile's P rows of a channel are one thread's, so summing them
+    # first is register-local, and it keeps 2·4 registers live instead of 2·4·P.
+    acc_1 = tl.zeros((C,), dtype=tl.float32)
+    acc_2 = tl.zeros((C,), dtype=tl.float32)
     for t in range(member, n_tiles, group):
         rows, r, i0 = _chain_rows(t, n_pb, d, P)
         _, _, _, y = _conv_shifted(X_b, rows, r, i0, d, L, w0, w1, w2, C, P)
         yhat = tl.where((rows < L)[None, :], (y - mean) * rstd, 0.0)
         dyhat = _load_tile(DYHAT_b, rows, L, C)
-        acc_1 += yhat * dyhat
-        acc_2 += dyhat
+        acc_1 += tl.sum(yhat * dyhat, axis=1)
+        acc_2 += tl.sum(dyhat, axis=1)
     tl.store(PART + ticket * 2 + 0, tl.sum(acc_1))
     tl.store(PART + ticket * 2 + 1, tl.sum(acc_2))
     _group_barrier(SYNC + 1 + b, group)
@@ -248,9 +250,9 @@ def _conv_norm_bwd_shift_kernel(X, W, DYHAT, RES, MEAN, RSTD, DX, DWPART, PART, 
     DX_b = DX + b * L * C
     RES_b = RES + b * L * C
     c = _cols(C)
-    dw0 = tl.zeros((C, P), dtype=tl.float32)
-    dw1 = tl.zeros((C, P), dtype=tl.float32)
-    dw2 = tl.zeros((C, P), dtype=tl.float32)
+    dw0 = tl.zeros((C,), dtype=tl.float32)
+    dw1 = tl.zeros((C,), dtype=tl.float32)
+    dw2 = tl.zeros((C,), dtype=tl.float32)
     for t in range(member, n_tiles, group):
         rows, r, i0 = _chain_rows(t, n_pb, d, P)
         ok = (rows < L)[None, :]
@@ -264,13 +266,13 @@ def _conv_norm_bwd_shift_kernel(X, W, DYHAT, RES, MEAN, RSTD, DX, DWPART, PART, 
         if HAS_RES:
             dx += tl.load(RES_b + offs, mask=ok, other=0.0).to(tl.float32)
         tl.store(DX_b + offs, dx.to(DX.dtype.element_ty), mask=ok)
-        dw0 += dy_0 * x_m
-        dw1 += dy_0 * x_0
-        dw2 += dy_0 * x_p
+        dw0 += tl.sum(dy_0 * x_m, axis=1)
+        dw1 += tl.sum(dy_0 * x_0, axis=1)
+        dw2 += tl.sum(dy_0 * x_p, axis=1)
     DW_p = DWPART + ticket * 3 * C + c
-    tl.store(DW_p, tl.sum(dw0, axis=1))
-    tl.store(DW_p + C, tl.sum(dw1, axis=1))
-    tl.store(DW_p + 2 * C, tl.sum(dw2, axis=1))
+    tl.store(DW_p, dw0)
+    tl.store(DW_p + C, dw1)
+    tl.store(DW_p + 2 * C, dw2)
 
 
 # ----------------------------------------------------------------------------------------------
