@@ -56,7 +56,8 @@ from reference.conv_norm import (  # noqa: E402
     _conv_tile,
     _empty,
     _example_shift,
-    _group_barrier,
+    _group_c1_c2,
+    _group_moments,
     _load_rows,
     _load_taps,
     _tile_coords,
@@ -122,21 +123,8 @@ def _conv_norm_fwd_resident_kernel(
     n_t = tl.sum(row_ok.to(tl.float32)) * tl.minimum(C - (t % n_cb) * BLOCK_C, BLOCK_C)
     mean_t = tl.sum(v) / tl.maximum(n_t, 1.0)
     m2_t = tl.sum(tl.where(ok, (v - mean_t) * (v - mean_t), 0.0))
-    tl.store(PART + ticket * 3 + 0, n_t)
-    tl.store(PART + ticket * 3 + 1, mean_t)
-    tl.store(PART + ticket * 3 + 2, m2_t)
-    _group_barrier(SYNC + 1 + b, group)
-
     # Chan-combine the group's tiles in member order (deterministic), around the same shift.
-    g = tl.arange(0, BLOCK_G)
-    P_b = PART + b * group * 3
-    n_i = tl.load(P_b + g * 3 + 0, mask=g < group, other=0.0, cache_modifier=".cg")
-    mean_i = tl.load(P_b + g * 3 + 1, mask=g < group, other=0.0, cache_modifier=".cg")
-    m2_i = tl.load(P_b + g * 3 + 2, mask=g < group, other=0.0, cache_modifier=".cg")
-    n = tl.sum(n_i)
-    mean_s = tl.sum(n_i * mean_i) / n
-    var = (tl.sum(m2_i) + tl.sum(n_i * (mean_i - mean_s) * (mean_i - mean_s))) / n
-    rstd = 1.0 / tl.sqrt(var + eps)
+    mean_s, rstd = _group_moments(PART, SYNC, ticket, b, group, n_t, mean_t, m2_t, eps, BLOCK_G)
     if t == 0:
         tl.store(MEAN + b, shift + mean_s)
         tl.store(RSTD + b, rstd)
@@ -207,8 +195,6 @@ def _conv_norm_bwd_resident_kernel(
     yh_p = _yhat_rows(x_0, x_p, x_pp, rows + d, row_ok, L, w0, w1, w2, mean, rstd)
     # _load_rows zeroes x and dyhat outside [0, L) and on padding rows, yh_0 too, so the sums
     # below cover exactly the tile's valid elements.
-    tl.store(PART + ticket * 2 + 0, tl.sum(yh_0 * g_0))
-    tl.store(PART + ticket * 2 + 1, tl.sum(g_0))
     # conv^T of dyhat and of yhat on the tile's rows, and per-channel sums for dw.
     ct_g = w0 * g_p + w1 * g_0 + w2 * g_m
     ct_yh = w0 * yh_p + w1 * yh_0 + w2 * yh_m
@@ -221,13 +207,7 @@ def _conv_norm_bwd_resident_kernel(
     s3_0 = tl.sum(x_m, axis=0)
     s3_1 = tl.sum(x_0, axis=0)
     s3_2 = tl.sum(x_p, axis=0)
-    _group_barrier(SYNC + 1 + b, group)
-
-    g = tl.arange(0, BLOCK_G)
-    P_b = PART + b * group * 2
-    n = L * C * 1.0  # fp32 count (L·C ≤ 2³¹)
-    c1 = tl.sum(tl.load(P_b + g * 2 + 0, mask=g < group, other=0.0, cache_modifier=".cg")) / n
-    c2 = tl.sum(tl.load(P_b + g * 2 + 1, mask=g < group, other=0.0, cache_modifier=".cg")) / n
+    c1, c2 = _group_c1_c2(PART, SYNC, ticket, b, group, yh_0 * g_0, g_0, L, C, BLOCK_G)
 
     # conv^T(1): the taps whose source row lies inside [0, L).
     ok_m = ((rows - d >= 0) & (rows - d < L)).to(tl.float32)[:, None]

@@ -46,10 +46,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from reference.conv_norm import (  # noqa: E402
+    _add_tile_moments,
     _block_g,
     _empty,
     _example_shift,
-    _group_barrier,
+    _group_c1_c2,
+    _group_moments,
     _workspace,
     conv_norm_backward,
     conv_norm_forward,
@@ -163,27 +165,8 @@ def _conv_norm_fwd_shift_kernel(X, W, YHAT, MEAN, RSTD, PART, SYNC, L, d, eps, n
         _, _, _, y = _conv_shifted(X_b, rows, r, i0, d, L, w0, w1, w2, C, P)
         v = tl.where(ok, y - shift, 0.0)
         n_t = tl.sum((rows < L).to(tl.float32)) * C
-        mean_t = tl.sum(v) / tl.maximum(n_t, 1.0)
-        m2_t = tl.sum(tl.where(ok, (v - mean_t) * (v - mean_t), 0.0))
-        n_pt = n_p + n_t
-        delta = mean_t - mean_p
-        mean_p += delta * n_t / tl.maximum(n_pt, 1.0)
-        m2_p += m2_t + delta * delta * n_p * n_t / tl.maximum(n_pt, 1.0)
-        n_p = n_pt
-    tl.store(PART + ticket * 3 + 0, n_p)
-    tl.store(PART + ticket * 3 + 1, mean_p)
-    tl.store(PART + ticket * 3 + 2, m2_p)
-    _group_barrier(SYNC + 1 + b, group)
-
-    g = tl.arange(0, BLOCK_G)
-    P_b = PART + b * group * 3
-    n_i = tl.load(P_b + g * 3 + 0, mask=g < group, other=0.0, cache_modifier=".cg")
-    mean_i = tl.load(P_b + g * 3 + 1, mask=g < group, other=0.0, cache_modifier=".cg")
-    m2_i = tl.load(P_b + g * 3 + 2, mask=g < group, other=0.0, cache_modifier=".cg")
-    n = tl.sum(n_i)
-    mean_s = tl.sum(n_i * mean_i) / n
-    var = (tl.sum(m2_i) + tl.sum(n_i * (mean_i - mean_s) * (mean_i - mean_s))) / n
-    rstd = 1.0 / tl.sqrt(var + eps)
+        n_p, mean_p, m2_p = _add_tile_moments(n_p, mean_p, m2_p, v, ok, n_t)
+    mean_s, rstd = _group_moments(PART, SYNC, ticket, b, group, n_p, mean_p, m2_p, eps, BLOCK_G)
     if member == 0:
         tl.store(MEAN + b, shift + mean_s)
         tl.store(RSTD + b, rstd)
@@ -237,15 +220,7 @@ def _conv_norm_bwd_shift_kernel(X, W, DYHAT, RES, MEAN, RSTD, DX, DWPART, PART, 
         dyhat = _load_tile(DYHAT_b, rows, L, C)
         acc_1 += tl.sum(yhat * dyhat, axis=1)
         acc_2 += tl.sum(dyhat, axis=1)
-    tl.store(PART + ticket * 2 + 0, tl.sum(acc_1))
-    tl.store(PART + ticket * 2 + 1, tl.sum(acc_2))
-    _group_barrier(SYNC + 1 + b, group)
-
-    g = tl.arange(0, BLOCK_G)
-    P_b = PART + b * group * 2
-    n = L * C * 1.0
-    c1 = tl.sum(tl.load(P_b + g * 2 + 0, mask=g < group, other=0.0, cache_modifier=".cg")) / n
-    c2 = tl.sum(tl.load(P_b + g * 2 + 1, mask=g < group, other=0.0, cache_modifier=".cg")) / n
+    c1, c2 = _group_c1_c2(PART, SYNC, ticket, b, group, acc_1, acc_2, L, C, BLOCK_G)
 
     DX_b = DX + b * L * C
     RES_b = RES + b * L * C

@@ -184,6 +184,57 @@ def _group_barrier(ARRIVE, group):
         arrived = tl.atomic_add(ARRIVE, 0, sem="acquire", scope="gpu")
 
 
+@triton.jit
+def _add_tile_moments(n_p, mean_p, m2_p, v, ok, n_t):
+    """Chan-combine a tile's (count, mean, M2) into a running one. The tile's moments are
+    two-pass (the tile is in registers), so any spread of tile means is safe; v is zero where
+    not ok, and n_t counts the ok elements."""
+    mean_t = tl.sum(v) / tl.maximum(n_t, 1.0)
+    m2_t = tl.sum(tl.where(ok, (v - mean_t) * (v - mean_t), 0.0))
+    n_pt = n_p + n_t
+    delta = mean_t - mean_p
+    mean_p += delta * n_t / tl.maximum(n_pt, 1.0)
+    m2_p += m2_t + delta * delta * n_p * n_t / tl.maximum(n_pt, 1.0)
+    return n_pt, mean_p, m2_p
+
+
+@triton.jit
+def _group_moments(PART, SYNC, ticket, b, group, n_p, mean_p, m2_p, eps,
+                   BLOCK_G: tl.constexpr):
+    """Publish this program's (count, mean, M2), wait for the example's group, and combine all
+    of them in member order (deterministic): the example's mean (of the shifted values) and
+    rstd. PART is (B·group, 3) fp32, SYNC the ticket counter then one arrival per example."""
+    tl.store(PART + ticket * 3 + 0, n_p)
+    tl.store(PART + ticket * 3 + 1, mean_p)
+    tl.store(PART + ticket * 3 + 2, m2_p)
+    _group_barrier(SYNC + 1 + b, group)
+    g = tl.arange(0, BLOCK_G)
+    P_b = PART + b * group * 3
+    n_i = tl.load(P_b + g * 3 + 0, mask=g < group, other=0.0, cache_modifier=".cg")
+    mean_i = tl.load(P_b + g * 3 + 1, mask=g < group, other=0.0, cache_modifier=".cg")
+    m2_i = tl.load(P_b + g * 3 + 2, mask=g < group, other=0.0, cache_modifier=".cg")
+    n = tl.sum(n_i)
+    mean_s = tl.sum(n_i * mean_i) / n
+    var = (tl.sum(m2_i) + tl.sum(n_i * (mean_i - mean_s) * (mean_i - mean_s))) / n
+    return mean_s, 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
+def _group_c1_c2(PART, SYNC, ticket, b, group, acc_1, acc_2, L, C, BLOCK_G: tl.constexpr):
+    """Publish this program's Σ yhat·dyhat and Σ dyhat (the sums of acc_1 and acc_2, any
+    shape), wait for the example's group, and sum all of them in member order: c1 and c2, the
+    means over the example's L·C elements."""
+    tl.store(PART + ticket * 2 + 0, tl.sum(acc_1))
+    tl.store(PART + ticket * 2 + 1, tl.sum(acc_2))
+    _group_barrier(SYNC + 1 + b, group)
+    g = tl.arange(0, BLOCK_G)
+    P_b = PART + b * group * 2
+    n = L * C * 1.0  # fp32 count (L·C ≤ 2³¹)
+    c1 = tl.sum(tl.load(P_b + g * 2 + 0, mask=g < group, other=0.0, cache_modifier=".cg")) / n
+    c2 = tl.sum(tl.load(P_b + g * 2 + 1, mask=g < group, other=0.0, cache_modifier=".cg")) / n
+    return c1, c2
+
+
 # ----------------------------------------------------------------------------------------------
 # Forward kernel
 # ----------------------------------------------------------------------------------------------
@@ -238,28 +289,9 @@ def _conv_norm_fwd_kernel(
             n_t = tl.sum(row_ok.to(tl.float32)) * C
         else:
             n_t = tl.sum(row_ok.to(tl.float32)) * tl.minimum(C - (t % n_cb) * BLOCK_C, BLOCK_C)
-        mean_t = tl.sum(v) / tl.maximum(n_t, 1.0)
-        m2_t = tl.sum(tl.where(ok, (v - mean_t) * (v - mean_t), 0.0))
-        n_pt = n_p + n_t
-        delta = mean_t - mean_p
-        mean_p += delta * n_t / tl.maximum(n_pt, 1.0)
-        m2_p += m2_t + delta * delta * n_p * n_t / tl.maximum(n_pt, 1.0)
-        n_p = n_pt
-    tl.store(PART + ticket * 3 + 0, n_p)
-    tl.store(PART + ticket * 3 + 1, mean_p)
-    tl.store(PART + ticket * 3 + 2, m2_p)
-    _group_barrier(SYNC + 1 + b, group)
-
-    # Combine the group's partials in member order (deterministic), around the same shift.
-    g = tl.arange(0, BLOCK_G)
-    P_b = PART + b * group * 3
-    n_i = tl.load(P_b + g * 3 + 0, mask=g < group, other=0.0, cache_modifier=".cg")
-    mean_i = tl.load(P_b + g * 3 + 1, mask=g < group, other=0.0, cache_modifier=".cg")
-    m2_i = tl.load(P_b + g * 3 + 2, mask=g < group, other=0.0, cache_modifier=".cg")
-    n = tl.sum(n_i)
-    mean_s = tl.sum(n_i * mean_i) / n
-    var = (tl.sum(m2_i) + tl.sum(n_i * (mean_i - mean_s) * (mean_i - mean_s))) / n
-    rstd = 1.0 / tl.sqrt(var + eps)
+        n_p, mean_p, m2_p = _add_tile_moments(n_p, mean_p, m2_p, v, ok, n_t)
+    # The group's partials combined in member order (deterministic), around the same shift.
+    mean_s, rstd = _group_moments(PART, SYNC, ticket, b, group, n_p, mean_p, m2_p, eps, BLOCK_G)
     if member == 0:
         tl.store(MEAN + b, shift + mean_s)
         tl.store(RSTD + b, rstd)
@@ -346,15 +378,7 @@ def _conv_norm_bwd_kernel(
         dyhat = _load_rows(DYHAT_b, rows, row_ok, cols, col_ok, L, C)
         acc_1 += yhat * dyhat
         acc_2 += dyhat
-    tl.store(PART + ticket * 2 + 0, tl.sum(acc_1))
-    tl.store(PART + ticket * 2 + 1, tl.sum(acc_2))
-    _group_barrier(SYNC + 1 + b, group)
-
-    g = tl.arange(0, BLOCK_G)
-    P_b = PART + b * group * 2
-    n = L * C * 1.0  # fp32 count (L·C ≤ 2³¹)
-    c1 = tl.sum(tl.load(P_b + g * 2 + 0, mask=g < group, other=0.0, cache_modifier=".cg")) / n
-    c2 = tl.sum(tl.load(P_b + g * 2 + 1, mask=g < group, other=0.0, cache_modifier=".cg")) / n
+    c1, c2 = _group_c1_c2(PART, SYNC, ticket, b, group, acc_1, acc_2, L, C, BLOCK_G)
 
     # Phase 2: dy on rows−d, rows, rows+d (x on rows−2d … rows+2d), then dx and dw.
     DX_b = DX + b * L * C
