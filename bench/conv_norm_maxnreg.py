@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import reference.conv_norm as conv_norm  # noqa: E402
-from bench.step_limit import LimitShape, profile_shapes  # noqa: E402
+from bench.step_limit import LimitShape, select_shapes  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from reference.plans import plan_for  # noqa: E402
 from reference.tuning.timing import (  # noqa: E402
@@ -99,11 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench/conv_norm_maxnreg.py times GPU kernels: it needs a CUDA GPU")
-    wanted = args.shapes.split(",")
-    shapes = {s.label: s for s in profile_shapes(args.profile)}
-    unknown = sorted(set(wanted) - set(shapes))
-    if unknown:
-        raise SystemExit(f"--shapes {unknown} are not shapes of {args.profile!r}: {list(shapes)}")
+    shapes = select_shapes(args.profile, args.shapes)
     caps: list[int | None] = [None, *(int(c) for c in args.caps.split(","))]
     wrapped = {name: _Capped(getattr(conv_norm, name)) for name in KERNELS}
     for name, kernel in wrapped.items():
@@ -111,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     # 1 GiB: the flush outlasts the host's launch, so the samples are device time alone, as in
     # bench/reference.py's kernel table.
     flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
-    results = [row for label in wanted
-               for row in _measure(shapes[label], caps, wrapped, args.rounds, flush)]
+    results = [row for shape in shapes
+               for row in _measure(shape, caps, wrapped, args.rounds, flush)]
     if args.out is not None:
         args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
                                         "torch": torch.__version__, "rounds": args.rounds,

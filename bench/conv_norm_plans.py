@@ -26,7 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.step_limit import LimitShape, profile_shapes  # noqa: E402
+from bench.step_limit import LimitShape, select_shapes  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from reference.conv_norm import conv_norm_backward, conv_norm_forward  # noqa: E402
 from reference.plans import Plan, plan_for  # noqa: E402
@@ -117,13 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     variants = parse_variants(args.vary)
     if not torch.cuda.is_available():
         raise SystemExit("bench/conv_norm_plans.py times GPU kernels: it needs a CUDA GPU")
-    shapes = {s.label: s for s in profile_shapes(args.profile)}
-    wanted = args.shapes.split(",") if args.shapes else list(shapes)
-    unknown = sorted(set(wanted) - set(shapes))
-    if unknown:
-        raise SystemExit(f"--shapes {unknown} are not shapes of {args.profile!r}: {list(shapes)}")
+    shapes = select_shapes(args.profile, args.shapes)
     flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
-    results = [measure(shapes[s], variants, args.rounds, flush) for s in wanted]
+    results = [measure(s, variants, args.rounds, flush) for s in shapes]
     if args.out is not None:
         args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
                                         "torch": torch.__version__, "rounds": args.rounds,

@@ -49,7 +49,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.step_limit import LimitShape, profile_shapes  # noqa: E402
+from bench.step_limit import LimitShape, select_shapes  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from reference.conv_norm import (  # noqa: E402
     _block_g,
@@ -364,14 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench/conv_norm_resident.py times GPU kernels: it needs a CUDA GPU")
-    shapes = {s.label: s for s in profile_shapes(args.profile)}
-    wanted = args.shapes.split(",") if args.shapes else list(shapes)
-    unknown = sorted(set(wanted) - set(shapes))
-    if unknown:
-        raise SystemExit(f"--shapes {unknown} are not shapes of {args.profile!r}: {list(shapes)}")
+    shapes = select_shapes(args.profile, args.shapes)
     flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
-    results = [_measure(shapes[s], _configs(args.fwd), _configs(args.bwd), args.rounds, flush)
-               for s in wanted]
+    results = [_measure(s, _configs(args.fwd), _configs(args.bwd), args.rounds, flush)
+               for s in shapes]
     if args.out is not None:
         args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
                                         "torch": torch.__version__, "rounds": args.rounds,

@@ -369,7 +369,7 @@ def _measure(shape: object, rows_list: list[int], groups: list[int], rounds: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.step_limit import profile_shapes
+    from bench.step_limit import select_shapes
     from reference.tuning.timing import HIDE_LAUNCH_FLUSH_BYTES, make_l2_flush
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -382,15 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench/conv_norm_shift.py times GPU kernels: it needs a CUDA GPU")
-    shapes = {s.label: s for s in profile_shapes(args.profile)}
-    wanted = args.shapes.split(",") if args.shapes else list(shapes)
-    unknown = sorted(set(wanted) - set(shapes))
-    if unknown:
-        raise SystemExit(f"--shapes {unknown} are not shapes of {args.profile!r}: {list(shapes)}")
+    shapes = select_shapes(args.profile, args.shapes)
     flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
     rows_list = [int(r) for r in args.rows.split(",")]
     groups = [int(n) for n in args.groups.split(",")]
-    results = [_measure(shapes[s], rows_list, groups, args.rounds, flush) for s in wanted]
+    results = [_measure(s, rows_list, groups, args.rounds, flush) for s in shapes]
     if args.out is not None:
         args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
                                         "torch": torch.__version__, "rounds": args.rounds,

@@ -140,6 +140,21 @@ def profile_shapes(profile: str) -> list[LimitShape]:
     return [LimitShape(s.batch, s.length, s.dilation, s.dtype) for s in profiles[profile].shapes]
 
 
+def select_shapes(profile: str, labels: str) -> list[LimitShape]:
+    """The shapes of ``--shapes`` (comma-separated labels, in that order; empty: every shape of
+    the profile, in its order).
+
+    Raises:
+        SystemExit: A label that is not a shape of the profile, with the profile's labels.
+    """
+    shapes = {s.label: s for s in profile_shapes(profile)}
+    wanted = labels.split(",") if labels else list(shapes)
+    unknown = sorted(set(wanted) - set(shapes))
+    if unknown:
+        raise SystemExit(f"--shapes {unknown} are not shapes of {profile!r}: {list(shapes)}")
+    return [shapes[label] for label in wanted]
+
+
 def parse_rates(text: str) -> dict[str, float]:
     """``float32=50,bfloat16=700`` → {"float32": 50.0, "bfloat16": 700.0}.
 

@@ -79,6 +79,15 @@ def test_step_setup_gives_every_block_the_same_weights() -> None:
         assert torch.equal(a, b), name
 
 
+def test_select_shapes_keeps_the_order_asked_and_names_strangers() -> None:
+    every = step_limit.profile_shapes("h200")
+    assert step_limit.select_shapes("h200", "") == every
+    picked = step_limit.select_shapes("h200", f"{every[4].label},{every[0].label}")
+    assert picked == [every[4], every[0]]
+    with pytest.raises(SystemExit, match=r"--shapes \['float32:1x1:d1'\] are not shapes of "):
+        step_limit.select_shapes("h200", f"{every[0].label},float32:1x1:d1")
+
+
 def test_profile_shapes_and_rates() -> None:
     shapes = step_limit.profile_shapes("h200")
     assert {s.dtype for s in shapes} == {"float32", "bfloat16"} and len(shapes) >= 4
