@@ -212,6 +212,71 @@ reference-fp32)
     echo "compile warm: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
     bench_record h200-fp32 --shapes "$fp32"
     ;;
+reference-record)
+    # Issue 17's benchmark of record: every h200 shape in one run, torch.compile's graphs warmed
+    # first (their compile times are recorded, not paid inside the run's deadline).
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 240 python3 bench/reference.py --warm-compile-only --profiles h200 \
+        --compile-profiles h200 --warm-timeout-s 230 --out-dir "$OUT" > "$OUT/warm.log" 2>&1
+    echo "compile warm: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    bench_record h200-record
+    ;;
+tune-mlp)
+    # Issue 17: the tuner's MLP-path stage for real. Its GPU tests, then the h200 table's MLP
+    # paths decided afresh (--mlp-only: conv+norm plans stay) and the result re-verified.
+    versions > "$OUT/summary.txt" 2>&1
+    suite tune-mlp-gpu 150 -m gpu tests/test_reference_mlp_path.py tests/test_tune.py \
+        | tee -a "$OUT/summary.txt"
+    timeout 200 python3 -m reference.tune --profile h200 --mlp-only --rounds 20 \
+        --table reference/plans/h200.json --out "$OUT/h200.json" --report "$OUT/tune-mlp.json" \
+        > "$OUT/tune-mlp.log" 2>&1
+    echo "tune --mlp-only: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    timeout 150 python3 -m reference.tune --profile h200 --mlp-only --reverify --rounds 20 \
+        --table "$OUT/h200.json" --out "$OUT/h200-reverified.json" \
+        --report "$OUT/reverify-mlp.json" > "$OUT/reverify-mlp.log" 2>&1
+    echo "tune --mlp-only --reverify: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -h "MLP path\|gate \|time \|decide\|keep\|PROMOTE\|entries passed" \
+        "$OUT/tune-mlp.log" "$OUT/reverify-mlp.log" >> "$OUT/summary.txt"
+    ;;
+conv-norm-ncu)
+    # Issue 17: what bounds conv+norm. One forward and one backward launch per shape with the
+    # table's plans, plain (times), then under Nsight Compute.
+    versions > "$OUT/summary.txt" 2>&1
+    shapes=${SHAPES:-float32:64x8192:d1,bfloat16:256x8192:d64}
+    timeout 90 python3 bench/conv_norm_ncu.py --shapes "$shapes" > "$OUT/conv-norm-times.log" 2>&1
+    echo "plain: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT/conv-norm-times.log" >> "$OUT/summary.txt"
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
+        2>/dev/null | head -n 1)
+    if [ -n "$ncu" ]; then
+        timeout $(( ${LIMIT:-560} - $(elapsed) )) "$ncu" --profile-from-start off \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+            --section SchedulerStats --section Occupancy --section LaunchStats \
+            python3 bench/conv_norm_ncu.py --shapes "$shapes" > "$OUT/conv-norm-ncu.txt" 2>&1
+        echo "ncu ($ncu): rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    else
+        echo "ncu: not found" | tee -a "$OUT/summary.txt"
+    fi
+    ;;
+conv-norm-taps)
+    # Issue 17: the conv taps loaded once per program (Plan.taps_once) against once per tile on
+    # every h200 shape under the plans the reference picks, outputs compared bit for bit; then
+    # the tuner decides every h200 class's plan afresh (the taps toggle is each plan's first
+    # neighbour), the MLP paths left as they are.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 150 python3 bench/conv_norm_plans.py --vary "taps_once=0;taps_once=1" \
+        --out "$OUT/taps.json" > "$OUT/taps.log" 2>&1
+    echo "taps A/B: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT/taps.log" >> "$OUT/summary.txt"
+    timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 -m reference.tune --profile h200 \
+        --skip-mlp --max-candidates 6 --gate-cases 2 --rounds 30 \
+        --time-budget-s $(( ${LIMIT:-560} - $(elapsed) - 90 )) \
+        --table reference/plans/h200.json --out "$OUT/h200.json" --report "$OUT/tune.json" \
+        > "$OUT/tune.log" 2>&1
+    echo "tune: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -h "decide\|keep\|PROMOTE\|promot\|entries passed" "$OUT/tune.log" \
+        >> "$OUT/summary.txt"
+    ;;
 reference-all)
     # Issue 17: every GPU test of the reference in four pytest processes on the one GPU
     # (correctness only, nothing timed) beside torch.compile's warm-up of every h200 shape,
