@@ -117,3 +117,15 @@ def test_the_checks_see_what_they_guard() -> None:
     assert "grader.child.census" in GRAPH["grader.census"]
     assert "grader.report" in GRAPH["grader.timing"]
     assert len([n for n in MODULES if n.startswith("grader.child.")]) >= 9
+
+
+def test_gpu_session_usage_names_exactly_its_phases() -> None:
+    """bench/gpu_session.sh's usage line lists every phase it has a case for, and no other: an
+    edit that drops a case (as one did on 2026-12-04) or forgets the usage fails here."""
+    import re
+
+    text = (REPO / "bench" / "gpu_session.sh").read_text()
+    usage = re.search(r"phase=\$\{1:\?usage: bash bench/gpu_session.sh ([^}]*)\}", text)
+    assert usage is not None
+    cases = set(re.findall(r"^([a-z0-9-]+)\)$", text, re.MULTILINE))
+    assert set(usage.group(1).split("|")) == cases
