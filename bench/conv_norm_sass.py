@@ -83,13 +83,12 @@ class KernelCode:
         return sum(loop.per_element for loop in self.loops)
 
 
-def _tools() -> tuple[str, str]:
-    """Triton's bundled ptxas directory and cuobjdump."""
-    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    cuobjdump = bindir / "cuobjdump"
+def _cuobjdump() -> str:
+    """The cuobjdump that Triton's wheel ships beside its ptxas."""
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     if not cuobjdump.exists():
         raise SystemExit(f"{cuobjdump} is missing: this Triton wheel ships no CUDA tools")
-    return str(bindir), str(cuobjdump)
+    return str(cuobjdump)
 
 
 def _signature(fn: triton.runtime.JITFunction, dtype: str,
@@ -170,7 +169,7 @@ def _loops(sass: str, elements_per_thread: int) -> list[Loop]:
 def analyse(direction: str, dtype: str, rows: int, block_c: int, num_warps: int,
             taps_once: int = 1, arch: int = 90, kernel: str = "reference") -> KernelCode:
     """Compile one kernel and read its resources and loops from cuobjdump."""
-    _, cuobjdump = _tools()
+    cuobjdump = _cuobjdump()
     cubin = compile_kernel(direction, dtype, rows, block_c, num_warps, taps_once, arch, kernel)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.cubin")
