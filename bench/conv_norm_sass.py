@@ -37,16 +37,16 @@ from triton.compiler import ASTSource
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(ROOT / "bench"))
 
 import reference.conv_norm as conv_norm  # noqa: E402
+import reference.conv_norm_chain as conv_norm_chain  # noqa: E402
 
 TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Tensors of x's dtype; the rest of the pointers are fp32 (statistics, partials) or int32.
 X_DTYPE_ARGS = {"X", "W", "YHAT", "DYHAT", "RES", "DX"}
 CONSTEXPR_ARGS = {"BLOCK_P", "BLOCK_R", "BLOCK_C", "BLOCK_G", "EVEN_C", "HAS_RES", "SPLIT_C",
-                  "TAPS_ONCE"}
+                  "TAPS_ONCE", "P", "VEC"}
 BYTES_MODEL = {"fwd": 2, "bwd": 4}
 
 
@@ -114,15 +114,15 @@ def compile_kernel(direction: str, dtype: str, rows: int, block_c: int, num_warp
                    taps_once: int, arch: int, kernel: str = "reference") -> bytes:
     """The cubin of one conv+norm kernel for ``sm_<arch>``: rows × block_c tiles of one chain
     position block (dilation 1's tiling), channels = block_c (one channel block), the taps
-    loaded once or per tile (`Plan.taps_once`). ``kernel="shift"`` compiles
-    `bench/conv_norm_shift.py`'s instead (C × rows tiles, one warp; taps_once does not apply)."""
-    if kernel == "shift":
-        import conv_norm_shift
-
-        fn = (conv_norm_shift._conv_norm_fwd_shift_kernel if direction == "fwd"
-              else conv_norm_shift._conv_norm_bwd_shift_kernel)
-        sig = _signature(fn, dtype, frozenset({"C", "P"}))
-        consts = {"C": block_c, "P": rows, "BLOCK_G": 256}
+    loaded once or per tile (`Plan.taps_once`). ``kernel="chain"`` compiles
+    `reference/conv_norm_chain.py`'s instead (block_c × rows tiles of one chain, one warp;
+    taps_once does not apply)."""
+    if kernel == "chain":
+        fn = (conv_norm_chain._conv_norm_fwd_chain_kernel if direction == "fwd"
+              else conv_norm_chain._conv_norm_bwd_chain_kernel)
+        sig = _signature(fn, dtype)
+        consts = {"BLOCK_C": block_c, "P": rows, "BLOCK_G": 256, "EVEN_C": True,
+                  "VEC": min(4, block_c)}
         if direction == "bwd":
             consts["HAS_RES"] = False
     else:
@@ -209,9 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bwd", default="8x4", help="backward configurations")
     p.add_argument("--block-c", type=int, default=128)
     p.add_argument("--taps-once", default="0,1", help="Plan.taps_once values to compile")
-    p.add_argument("--kernel", choices=("reference", "shift"), default="reference",
-                   help="reference/conv_norm.py's kernels, or bench/conv_norm_shift.py's "
-                   "(one warp: give rows x 1; taps_once does not apply)")
+    p.add_argument("--kernel", choices=("reference", "chain"), default="reference",
+                   help="the loop kernels (reference/conv_norm.py) or the chain kernels "
+                   "(reference/conv_norm_chain.py; one warp: give rows x 1, taps_once does "
+                   "not apply)")
     p.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 89 for an L4")
     p.add_argument("--sms", type=int, default=132, help="for the issue bound (H200: 132)")
     p.add_argument("--clock-ghz", type=float, default=1.98, help="SM clock (H200: 1.98)")

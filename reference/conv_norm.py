@@ -54,6 +54,19 @@ import torch
 import triton
 import triton.language as tl
 
+from reference.conv_norm_chain import (
+    _conv_norm_bwd_chain_kernel,
+    _conv_norm_fwd_chain_kernel,
+    chain_applies,
+    chain_tiling,
+)
+from reference.conv_norm_group import (
+    _add_tile_moments,
+    _example_shift,
+    _group_c1_c2,
+    _group_moments,
+    _load_taps,
+)
 from reference.plans import Plan, device_info, interpreting, next_pow2, plan_for
 
 # Per-example offsets are int32 inside the kernels (the example base is int64).
@@ -114,15 +127,6 @@ def _load_rows(PTR, rows, row_ok, cols, col_ok, L, C):
 
 
 @triton.jit
-def _load_taps(W, cols, col_ok):
-    """The three conv taps of each column as fp32 row vectors, shape (1, BLOCK_C)."""
-    w0 = tl.load(W + cols * 3 + 0, mask=col_ok, other=0.0).to(tl.float32)
-    w1 = tl.load(W + cols * 3 + 1, mask=col_ok, other=0.0).to(tl.float32)
-    w2 = tl.load(W + cols * 3 + 2, mask=col_ok, other=0.0).to(tl.float32)
-    return w0[None, :], w1[None, :], w2[None, :]
-
-
-@triton.jit
 def _all_taps(W, C, BLOCK_C: tl.constexpr):
     """The taps of columns 0 … BLOCK_C − 1, loaded once before a tile loop (see `_tile_taps`)."""
     cols = tl.arange(0, BLOCK_C)
@@ -147,92 +151,6 @@ def _conv_tile(X_b, w0, w1, w2, rows, row_ok, cols, col_ok, L, C, d):
     x_0 = _load_rows(X_b, rows, row_ok, cols, col_ok, L, C)
     x_p = _load_rows(X_b, rows + d, row_ok, cols, col_ok, L, C)
     return w0 * x_m + w1 * x_0 + w2 * x_p
-
-
-@triton.jit
-def _example_shift(X_b, W, L, C, d, BLOCK_C: tl.constexpr):
-    """K = mean of y over one row's first BLOCK_C channels: a typical value of the example.
-
-    The row is l = d when all three taps of it are inside the example (2d < L; otherwise every
-    row is an edge row and any will do): an edge row misses a tap, and with a large common
-    offset its y sits a third of the offset away from the bulk. Tile sums of y − K then stay
-    small, so the tile means keep their digits.
-    """
-    l_k = tl.minimum(d, tl.maximum(L - 1 - d, 0))
-    cols = tl.arange(0, BLOCK_C)
-    ok = cols < C
-    w0, w1, w2 = _load_taps(W, cols, ok)
-    x_m = tl.load(X_b + (l_k - d) * C + cols, mask=ok & (l_k >= d), other=0.0).to(tl.float32)
-    x_0 = tl.load(X_b + l_k * C + cols, mask=ok, other=0.0).to(tl.float32)
-    x_p = tl.load(X_b + (l_k + d) * C + cols, mask=ok & (l_k + d < L), other=0.0)
-    y = w0 * x_m[None, :] + w1 * x_0[None, :] + w2 * x_p.to(tl.float32)[None, :]
-    return tl.sum(y) / tl.minimum(C, BLOCK_C)
-
-
-@triton.jit
-def _group_barrier(ARRIVE, group):
-    """Count this program in and spin until all ``group`` programs of the example arrived.
-
-    Release on arrival publishes this program's partials; acquire while polling makes the
-    others' partials visible. Waits only on programs with earlier or later tickets of the same
-    example, all resident by the ticket order, so it cannot deadlock (see module docstring).
-    """
-    # Every thread's partial stores must precede the (single-thread) releasing atomic.
-    tl.debug_barrier()
-    arrived = tl.atomic_add(ARRIVE, 1, sem="release", scope="gpu") + 1
-    while arrived < group:
-        arrived = tl.atomic_add(ARRIVE, 0, sem="acquire", scope="gpu")
-
-
-@triton.jit
-def _add_tile_moments(n_p, mean_p, m2_p, v, ok, n_t):
-    """Chan-combine a tile's (count, mean, M2) into a running one. The tile's moments are
-    two-pass (the tile is in registers), so any spread of tile means is safe; v is zero where
-    not ok, and n_t counts the ok elements."""
-    mean_t = tl.sum(v) / tl.maximum(n_t, 1.0)
-    m2_t = tl.sum(tl.where(ok, (v - mean_t) * (v - mean_t), 0.0))
-    n_pt = n_p + n_t
-    delta = mean_t - mean_p
-    mean_p += delta * n_t / tl.maximum(n_pt, 1.0)
-    m2_p += m2_t + delta * delta * n_p * n_t / tl.maximum(n_pt, 1.0)
-    return n_pt, mean_p, m2_p
-
-
-@triton.jit
-def _group_moments(PART, SYNC, ticket, b, group, n_p, mean_p, m2_p, eps,
-                   BLOCK_G: tl.constexpr):
-    """Publish this program's (count, mean, M2), wait for the example's group, and combine all
-    of them in member order (deterministic): the example's mean (of the shifted values) and
-    rstd. PART is (B·group, 3) fp32, SYNC the ticket counter then one arrival per example."""
-    tl.store(PART + ticket * 3 + 0, n_p)
-    tl.store(PART + ticket * 3 + 1, mean_p)
-    tl.store(PART + ticket * 3 + 2, m2_p)
-    _group_barrier(SYNC + 1 + b, group)
-    g = tl.arange(0, BLOCK_G)
-    P_b = PART + b * group * 3
-    n_i = tl.load(P_b + g * 3 + 0, mask=g < group, other=0.0, cache_modifier=".cg")
-    mean_i = tl.load(P_b + g * 3 + 1, mask=g < group, other=0.0, cache_modifier=".cg")
-    m2_i = tl.load(P_b + g * 3 + 2, mask=g < group, other=0.0, cache_modifier=".cg")
-    n = tl.sum(n_i)
-    mean_s = tl.sum(n_i * mean_i) / n
-    var = (tl.sum(m2_i) + tl.sum(n_i * (mean_i - mean_s) * (mean_i - mean_s))) / n
-    return mean_s, 1.0 / tl.sqrt(var + eps)
-
-
-@triton.jit
-def _group_c1_c2(PART, SYNC, ticket, b, group, acc_1, acc_2, L, C, BLOCK_G: tl.constexpr):
-    """Publish this program's Σ yhat·dyhat and Σ dyhat (the sums of acc_1 and acc_2, any
-    shape), wait for the example's group, and sum all of them in member order: c1 and c2, the
-    means over the example's L·C elements."""
-    tl.store(PART + ticket * 2 + 0, tl.sum(acc_1))
-    tl.store(PART + ticket * 2 + 1, tl.sum(acc_2))
-    _group_barrier(SYNC + 1 + b, group)
-    g = tl.arange(0, BLOCK_G)
-    P_b = PART + b * group * 2
-    n = L * C * 1.0  # fp32 count (L·C ≤ 2³¹)
-    c1 = tl.sum(tl.load(P_b + g * 2 + 0, mask=g < group, other=0.0, cache_modifier=".cg")) / n
-    c2 = tl.sum(tl.load(P_b + g * 2 + 1, mask=g < group, other=0.0, cache_modifier=".cg")) / n
-    return c1, c2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -554,11 +472,22 @@ def conv_norm_forward(
     x = x.contiguous()
     weight = weight.contiguous()
     batch, length, channels = x.shape
-    tiling = _tiling(length, channels, dilation, plan.fwd_block_rows, plan.block_c)
-    group = _group_size(plan.fwd_group, tiling["n_tiles"], x.device)
     yhat = _empty(tuple(x.shape), x.dtype, x.device)
     stats = _empty((2, batch), torch.float32, x.device)
     mean, rstd = stats[0], stats[1]
+    if plan.fwd_chain and chain_applies(channels):
+        tiling = chain_tiling(length, channels, dilation, plan.fwd_block_rows)
+        group = _group_size(plan.fwd_group, tiling["n_tiles"], x.device)
+        sync, part = _workspace(batch, group, 3, x.device)
+        _conv_norm_fwd_chain_kernel[(batch * group,)](
+            x, weight, yhat, mean, rstd, part, sync, length, channels, dilation, eps,
+            tiling["n_tiles"], tiling["n_pb"], group,
+            BLOCK_C=tiling["BLOCK_C"], P=tiling["P"], BLOCK_G=_block_g(group),
+            EVEN_C=tiling["EVEN_C"], VEC=tiling["VEC"], num_warps=1, num_stages=plan.num_stages,
+        )
+        return yhat, mean, rstd
+    tiling = _tiling(length, channels, dilation, plan.fwd_block_rows, plan.block_c)
+    group = _group_size(plan.fwd_group, tiling["n_tiles"], x.device)
     sync, part = _workspace(batch, group, 3, x.device)
     _conv_norm_fwd_kernel[(batch * group,)](
         x, weight, yhat, mean, rstd, part, sync,
@@ -612,10 +541,23 @@ def conv_norm_backward(
     weight = weight.contiguous()
     res = residual_grad.contiguous() if residual_grad is not None else dyhat
     batch, length, channels = x.shape
+    dx = _empty(tuple(x.shape), x.dtype, x.device)
+    if plan.bwd_chain and chain_applies(channels):
+        tiling = chain_tiling(length, channels, dilation, plan.bwd_block_rows)
+        group = _group_size(plan.bwd_group, tiling["n_tiles"], x.device)
+        dw_part = _empty((batch * group, 3, channels), torch.float32, x.device)
+        sync, part = _workspace(batch, group, 2, x.device)
+        _conv_norm_bwd_chain_kernel[(batch * group,)](
+            x, weight, dyhat, res, mean, rstd, dx, dw_part, part, sync,
+            length, channels, dilation, tiling["n_tiles"], tiling["n_pb"], group,
+            HAS_RES=residual_grad is not None, BLOCK_C=tiling["BLOCK_C"], P=tiling["P"],
+            BLOCK_G=_block_g(group), EVEN_C=tiling["EVEN_C"], VEC=tiling["VEC"],
+            num_warps=1, num_stages=plan.num_stages,
+        )
+        return dx, _reduce_dw(dw_part, weight)
     tiling = _tiling(length, channels, dilation, plan.bwd_block_rows, plan.block_c)
     group = _group_size(plan.bwd_group, tiling["n_tiles"], x.device)
     split_c = tiling["n_cb"] > 1
-    dx = _empty(tuple(x.shape), x.dtype, x.device)
     dw_shape = (batch * group, 3, channels)
     # Split channels accumulate into dw_part tile by tile, so it must start at zero.
     dw_part = (torch.zeros(dw_shape, dtype=torch.float32, device=x.device) if split_c
@@ -630,9 +572,13 @@ def conv_norm_backward(
         BLOCK_G=_block_g(group), EVEN_C=channels == tiling["BLOCK_C"],
         TAPS_ONCE=plan.taps_once, num_warps=plan.bwd_num_warps, num_stages=plan.num_stages,
     )
-    # Fixed-order fp32 sum over programs: deterministic (torch's reductions use no atomics).
-    dw = dw_part.sum(dim=0).t().reshape(channels, 1, 3).to(weight.dtype)
-    return dx, dw
+    return dx, _reduce_dw(dw_part, weight)
+
+
+def _reduce_dw(dw_part: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """(B·group, 3, C) per-program partials → (C, 1, 3) dw in weight's dtype. A fixed-order
+    fp32 sum over programs: deterministic (torch's reductions use no atomics)."""
+    return dw_part.sum(dim=0).t().reshape(weight.shape[0], 1, 3).to(weight.dtype)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -58,6 +58,8 @@ MAX_TILE_ELEMENTS = 16384
 # How the block's two linears run (`mlp_path_for`): "cublas" (torch's F.linear and addmm) or
 # "split" (`reference.split_linear`: an fp32 product as three bf16 tensor-core products).
 MLP_PATHS = ("cublas", "split")
+# The most channels the chain kernels take (`reference/conv_norm_chain.py`: one warp, 4 a thread).
+MAX_CHAIN_CHANNELS = 128
 
 
 def _is_pow2(n: int) -> bool:
@@ -110,6 +112,15 @@ class Plan:
             and some fp32 classes slower (`bench/results/conv-norm-v4-h200-2026-12-04/`),
             so it is a plan field the tuner decides. With several channel blocks the taps
             are loaded per tile either way.
+        fwd_chain: 1 runs the forward as `reference/conv_norm_chain.py`'s chain kernel: tiles
+            of ``fwd_block_rows`` positions of one chain and all channels, the ±d shifts in
+            registers, one warp a program (so ``fwd_num_warps`` must be 1; ``block_c`` and
+            ``taps_once`` do not apply). Only up to 128 channels; beyond, the loop kernel runs
+            with this plan's fields. 0 runs the loop kernel of `reference/conv_norm.py`.
+        bwd_chain: The same for the backward (``bwd_block_rows``, ``bwd_num_warps`` = 1).
+            On an H200 the chain kernels won every h200 class in both dtypes, the bf16
+            backward by 1.6× (`bench/results/conv-norm-v5-h200-2026-12-04/`); the tuner
+            decides per class and pass.
     """
 
     fwd_block_rows: int = 32
@@ -121,13 +132,21 @@ class Plan:
     bwd_group: int = 8
     num_stages: int = 1
     taps_once: int = 0
+    fwd_chain: int = 0
+    bwd_chain: int = 0
 
     def __post_init__(self) -> None:
         check_plan_fields(self, dict.fromkeys(("fwd_block_rows", "bwd_block_rows", "block_c",
                                                "fwd_num_warps", "bwd_num_warps"), 1),
                           ("fwd_group", "bwd_group", "num_stages"))
-        if self.taps_once not in (0, 1):
-            raise ValueError(f"Plan.taps_once={self.taps_once} must be 0 or 1")
+        for name in ("taps_once", "fwd_chain", "bwd_chain"):
+            if getattr(self, name) not in (0, 1):
+                raise ValueError(f"Plan.{name}={getattr(self, name)} must be 0 or 1")
+        for pass_ in ("fwd", "bwd"):
+            warps = getattr(self, f"{pass_}_num_warps")
+            if getattr(self, f"{pass_}_chain") and warps != 1:
+                raise ValueError(f"Plan.{pass_}_num_warps={warps} must be 1 with "
+                                 f"{pass_}_chain=1 (the chain kernels run one warp a program)")
         for name in ("fwd_block_rows", "bwd_block_rows"):
             tile = getattr(self, name) * self.block_c
             if tile > MAX_TILE_ELEMENTS:
@@ -370,6 +389,12 @@ def heuristic_plan(
     the table's plans: bf16 forward +4-6%, backward +10-11%; fp32 forward -8% to +5%, backward
     -2% to -4%; `bench/results/conv-norm-v4-h200-2026-12-04/`).
 
+    Up to 128 channels both passes run the chain kernels (``fwd_chain``, ``bwd_chain``): one
+    warp a program, 8 chain positions a tile, sm_count/4 programs an example. On an H200
+    (2026-12-04, `bench/results/conv-norm-v5-h200-2026-12-04/`) they beat the table's loop
+    plans on every h200 shape in both dtypes and passes (bf16 backward 1.6×); 8-position tiles
+    won or tied 16 everywhere, and 33 or 66 programs an example were within 5% of each other.
+
     Args:
         info: Device properties (`device_info`).
         dtype: Input dtype (only ``taps_once`` depends on it).
@@ -389,6 +414,11 @@ def heuristic_plan(
     # The CPU interpreter pays Python overhead per tile, not per element: bigger backward tiles
     # there (still several per example in the tests' lengths, so the tile loops are exercised).
     bwd_rows = 32 if info.name == "cpu" else 8
+    if channels <= MAX_CHAIN_CHANNELS:
+        rows = 32 if info.name == "cpu" else 8
+        return Plan(fwd_block_rows=rows, bwd_block_rows=rows, block_c=block_c,
+                    fwd_num_warps=1, bwd_num_warps=1, fwd_group=group(4, rows),
+                    bwd_group=group(4, rows), num_stages=1, fwd_chain=1, bwd_chain=1)
     return Plan(
         fwd_block_rows=32,
         bwd_block_rows=bwd_rows,

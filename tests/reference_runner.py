@@ -177,8 +177,8 @@ def identity_check(spec: dict[str, Any]) -> dict[str, float]:
 def residual_check(spec: dict[str, Any]) -> dict[str, float]:
     """conv_norm_backward(..., residual_grad=r) equals the plain dx plus r (fp32 rounding only).
 
-    Spec keys: batch, length, channels, dilation, seed, device (default "cpu"); fp32.
-    Returns the max |difference| relative to max |dx + r| (0 when exact).
+    Spec keys: batch, length, channels, dilation, seed, optional plan, device (default "cpu");
+    fp32. Returns the max |difference| relative to max |dx + r| (0 when exact).
     """
     import reference.conv_norm as cn
 
@@ -188,9 +188,10 @@ def residual_check(spec: dict[str, Any]) -> dict[str, float]:
     shape = (spec["batch"], spec["length"], spec["channels"])
     x, dyhat, res = (torch.randn(shape, generator=gen).to(device) for _ in range(3))
     w = torch.randn((shape[2], 1, 3), generator=gen).to(device)
-    _, mean, rstd = cn.conv_norm_forward(x, w, spec["dilation"], 1e-5)
-    dx, dw = cn.conv_norm_backward(dyhat, x, w, mean, rstd, spec["dilation"])
-    dx_r, dw_r = cn.conv_norm_backward(dyhat, x, w, mean, rstd, spec["dilation"],
+    plan = _plan(spec)
+    _, mean, rstd = cn.conv_norm_forward(x, w, spec["dilation"], 1e-5, plan)
+    dx, dw = cn.conv_norm_backward(dyhat, x, w, mean, rstd, spec["dilation"], plan)
+    dx_r, dw_r = cn.conv_norm_backward(dyhat, x, w, mean, rstd, spec["dilation"], plan,
                                        residual_grad=res)
     want = dx + res
     err = float((dx_r - want).abs().max() / want.abs().max())

@@ -98,6 +98,46 @@ def taps_specs() -> list[dict[str, Any]]:
     ]
 
 
+# The loop kernels (Plan.fwd_chain = bwd_chain = 0), which the heuristic no longer picks up to
+# 128 channels: the kernel grid's lengths and dilations again, fp32 and fp16.
+LOOP_PLAN = {"fwd_block_rows": 32, "bwd_block_rows": 32, "fwd_group": 1, "bwd_group": 1}
+
+
+def loop_specs(dtype: str) -> list[dict[str, Any]]:
+    return [{**spec, "plan": LOOP_PLAN} for channels in (3, 16)
+            for spec in kernel_specs(dtype, channels)]
+
+
+def chain_plan(rows: int) -> dict[str, int]:
+    return {"fwd_block_rows": rows, "bwd_block_rows": rows, "fwd_num_warps": 1,
+            "bwd_num_warps": 1, "fwd_group": 1, "bwd_group": 1, "fwd_chain": 1, "bwd_chain": 1}
+
+
+def chain_specs() -> list[dict[str, Any]]:
+    """The chain kernels with short tiles (2 and 4 positions), so chains span several tiles and
+    the halo rows come from the neighbouring tiles: channels a power of two (16, 128, one
+    warp's full width) and not (6, 33: masked channels), dilations 1, 3 and beyond the length,
+    fp32 normal and offset, fp16; and one pass on each family."""
+    specs = []
+    for i, (channels, length, dilation, dtype, family, rows) in enumerate([
+            (16, 37, 1, "float32", "normal", 4), (16, 37, 3, "float32", "offset", 2),
+            (6, 23, 2, "float32", "normal", 4), (33, 19, 1, "float16", "normal", 2),
+            (33, 10, 12, "float32", "normal", 4), (128, 12, 2, "float32", "normal", 4),
+            (128, 9, 1, "float16", "normal", 2)]):
+        specs.append({"kind": "kernel", "batch": 2, "length": length, "channels": channels,
+                      "dilation": dilation, "dtype": dtype, "family": family, "seed": 60 + i,
+                      "plan": chain_plan(rows)})
+    for fwd, bwd in ((1, 0), (0, 1)):
+        plan = {**LOOP_PLAN, "fwd_block_rows": 4, "bwd_block_rows": 4}
+        for pass_, chain in (("fwd", fwd), ("bwd", bwd)):
+            if chain:
+                plan.update({f"{pass_}_chain": 1, f"{pass_}_num_warps": 1})
+        specs.append({"kind": "kernel", "batch": 3, "length": 21, "channels": 12,
+                      "dilation": 2, "dtype": "float32", "family": "normal", "seed": 70 + fwd,
+                      "plan": plan})
+    return specs
+
+
 def block_specs(case: str) -> list[dict[str, Any]]:
     from grader.config import load_config
 
@@ -115,8 +155,9 @@ def identity_specs() -> list[dict[str, Any]]:
 
 
 def residual_specs() -> list[dict[str, Any]]:
+    """Both kernel families (the heuristic's chain kernels, then the loop kernels)."""
     return [{"kind": "residual", "batch": 2, "length": 9, "channels": 5, "dilation": d,
-             "seed": 21 + d} for d in (1, 4)]
+             "seed": 21 + d, **extra} for d in (1, 4) for extra in ({}, {"plan": LOOP_PLAN})]
 
 
 def all_groups() -> dict[str, list[dict[str, Any]]]:
@@ -124,6 +165,8 @@ def all_groups() -> dict[str, list[dict[str, Any]]]:
     groups["offset"] = offset_specs()
     groups["split"] = split_specs()
     groups["taps"] = taps_specs()
+    groups.update({f"loop-{dtype}": loop_specs(dtype) for dtype in ("float32", "float16")})
+    groups["chain"] = chain_specs()
     groups.update({f"block-{case}": block_specs(case) for case in SMOKE_CASES})
     groups["identity"] = identity_specs()
     groups["residual"] = residual_specs()
@@ -177,6 +220,59 @@ def test_conv_norm_split_channels_and_residues(interpreted: dict) -> None:
 def test_conv_norm_taps_once(interpreted: dict) -> None:
     """Taps loaded once per program, over several tiles: within budget like the rest."""
     assert_within(taps_specs(), results_of(interpreted, "taps"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv_norm_loop_kernels(interpreted: dict, dtype: str) -> None:
+    """The loop kernels over the kernel grid's lengths and dilations (3 and 16 channels)."""
+    assert_within(loop_specs(dtype), results_of(interpreted, f"loop-{dtype}"))
+
+
+def test_conv_norm_chain_kernels(interpreted: dict) -> None:
+    """The chain kernels over several tiles a chain, masked and full-width channels, fp32
+    normal and offset, fp16, and each pass alone beside the loop kernel's other pass."""
+    assert_within(chain_specs(), results_of(interpreted, "chain"))
+
+
+CHAIN_VS_LOOP = r"""
+import json, math, torch
+from reference.conv_norm import conv_norm_backward, conv_norm_forward
+from reference.plans import Plan
+loop = Plan(fwd_block_rows=4, bwd_block_rows=4, fwd_group=1, bwd_group=1)
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+out = []
+for dtype, (batch, length, channels, dilation, rows) in [
+        (torch.float32, (2, 17, 8, 3, 4)), (torch.float32, (2, 33, 5, 1, 8)),
+        (torch.float32, (3, 40, 33, 20, 8)), (torch.float32, (1, 1, 1, 1, 8)),
+        (torch.float32, (2, 9, 128, 12, 4)), (torch.float16, (2, 70, 100, 2, 16))]:
+    gen = torch.Generator().manual_seed(batch * length + channels)
+    x = (torch.randn(batch, length, channels, generator=gen) + 0.5).to(dtype)
+    w = (torch.randn(channels, 1, 3, generator=gen) / math.sqrt(3)).to(dtype)
+    g = torch.randn(batch, length, channels, generator=gen).to(dtype)
+    res = torch.randn(batch, length, channels, generator=gen).to(dtype)
+    chain = Plan(fwd_block_rows=rows, bwd_block_rows=rows, fwd_num_warps=1, bwd_num_warps=1,
+                 fwd_group=1, bwd_group=1, fwd_chain=1, bwd_chain=1)
+    y1, m1, r1 = conv_norm_forward(x, w, dilation, 1e-5, loop)
+    y2, m2, r2 = conv_norm_forward(x, w, dilation, 1e-5, chain)
+    dx1, dw1 = conv_norm_backward(g, x, w, m1, r1, dilation, loop, res)
+    dx2, dw2 = conv_norm_backward(g, x, w, m1, r1, dilation, chain, res)
+    out.append({"yhat": rel(y2, y1), "mean": rel(m2, m1), "rstd": rel(r2, r1),
+                "dx": rel(dx2, dx1), "dw": rel(dw2, dw1)})
+print(json.dumps(out))
+"""
+
+
+def test_chain_kernels_match_the_loop_kernels() -> None:
+    """Far inside the fp64 budgets: the two families agree to fp32 rounding (the moments are
+    summed over other tiles), and fp16 to one rounding of its outputs; with the residual
+    gradient, dilations below, at and beyond the length, channels masked and full, one row."""
+    results = run_interpreted(["-c", CHAIN_VS_LOOP], timeout=TIMEOUT_S)
+    assert len(results) == 6
+    for i, result in enumerate(results):
+        bound = 1e-6 if i < 5 else 2e-3
+        assert all(v <= bound for v in result.values()), (i, result)
 
 
 TAPS_BITWISE = r"""
@@ -269,6 +365,14 @@ def test_plan_validation() -> None:
         Plan(taps_once=2)
     # Tables written before the field existed load with the taps loaded per tile.
     assert Plan.from_dict({"fwd_group": 4}).taps_once == 0
+    with pytest.raises(ValueError, match="fwd_chain=2 must be 0 or 1"):
+        Plan(fwd_chain=2)
+    # The chain kernels run one warp a program: a plan that says otherwise is refused.
+    with pytest.raises(ValueError, match="bwd_num_warps=4 must be 1 with bwd_chain=1"):
+        Plan(bwd_chain=1, bwd_num_warps=4)
+    # ... and tables written before the chain kernels load on the loop kernels.
+    old = Plan.from_dict({"fwd_group": 4})
+    assert (old.fwd_chain, old.bwd_chain) == (0, 0)
 
 
 def test_shape_class_buckets() -> None:
@@ -299,10 +403,14 @@ def test_heuristic_and_plan_for() -> None:
     h200 = DeviceInfo(name="NVIDIA H200", sm_count=132, l2_bytes=60 * 2**20)
     plan = heuristic_plan(h200, torch.float32, 32, 4096, 128, 1)
     assert 1 <= plan.fwd_group <= h200.sm_count and 1 <= plan.bwd_group <= h200.sm_count
-    # Taps once per program for 2-byte dtypes only (Plan.taps_once, heuristic_plan).
-    assert plan.taps_once == 0
-    assert heuristic_plan(h200, torch.bfloat16, 32, 4096, 128, 1).taps_once == 1
-    assert heuristic_plan(h200, torch.float16, 32, 4096, 128, 1).taps_once == 1
+    # Up to 128 channels both passes on the chain kernels, one warp, 8 positions a tile.
+    assert (plan.fwd_chain, plan.bwd_chain, plan.fwd_num_warps, plan.bwd_num_warps) == (1, 1, 1, 1)
+    assert (plan.fwd_block_rows, plan.bwd_block_rows, plan.fwd_group) == (8, 8, 33)
+    # Beyond, the loop kernels; taps once per program for 2-byte dtypes only (Plan.taps_once).
+    wide = heuristic_plan(h200, torch.float32, 32, 4096, 256, 1)
+    assert (wide.fwd_chain, wide.bwd_chain, wide.taps_once) == (0, 0, 0)
+    assert heuristic_plan(h200, torch.bfloat16, 32, 4096, 256, 1).taps_once == 1
+    assert heuristic_plan(h200, torch.float16, 32, 4096, 256, 1).taps_once == 1
     # On the CPU there is no L2 to size groups by: one program per example.
     cpu = plan_for("cpu", torch.float16, 2, 33, 7, 2)
     assert cpu.fwd_group == 1 and cpu.bwd_group == 1

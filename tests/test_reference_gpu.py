@@ -55,6 +55,8 @@ def test_case_every_dtype(case: Any, dtype: str) -> None:
         assert_within(spec, block_check(spec))
 
 
+CHAIN = {"fwd_chain": 1, "bwd_chain": 1, "fwd_num_warps": 1, "bwd_num_warps": 1,
+         "fwd_block_rows": 8, "bwd_block_rows": 8}
 GROUP_PLANS = [
     {"fwd_group": 1, "bwd_group": 1},
     {"fwd_group": 3, "bwd_group": 5},
@@ -67,6 +69,13 @@ GROUP_PLANS = [
     # (where the kernels load them per tile all the same).
     {"fwd_group": 16, "bwd_group": 16, "taps_once": 1},
     {"fwd_group": 8, "bwd_group": 8, "block_c": 32, "taps_once": 1},
+    # The chain kernels (Plan.fwd_chain, bwd_chain): 8 positions a tile as the heuristic's, 16
+    # with 132 programs an example, 2 with 3; and each pass alone beside the other family.
+    {**CHAIN, "fwd_group": 33, "bwd_group": 33},
+    {**CHAIN, "fwd_block_rows": 16, "bwd_block_rows": 16, "fwd_group": 132, "bwd_group": 132},
+    {**CHAIN, "fwd_block_rows": 2, "bwd_block_rows": 2, "fwd_group": 3, "bwd_group": 3},
+    {"fwd_chain": 1, "fwd_num_warps": 1, "fwd_block_rows": 8, "fwd_group": 66, "bwd_group": 16},
+    {"bwd_chain": 1, "bwd_num_warps": 1, "bwd_block_rows": 8, "fwd_group": 16, "bwd_group": 66},
 ]
 KERNEL_SHAPES = [
     (3, 4096, 128, 1),

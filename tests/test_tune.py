@@ -79,8 +79,28 @@ def test_neighbourhood_is_deterministic_distinct_valid_and_bounded() -> None:
         assert check_plan(plan.to_dict(), BASE, RANGES) == plan
     assert neighbourhood(BASE, RANGES, 3) == first[:3]
     assert neighbourhood(BASE, RANGES, 0) == []
-    # The first move toggles where the taps are loaded (Plan.taps_once), nothing else.
-    assert first[0] == Plan.from_dict({**BASE.to_dict(), "taps_once": 1 - BASE.taps_once})
+    # The first move is the other kernel family for both passes: from the heuristic's chain
+    # kernels to the loop kernels at their usual tiles, the groups kept.
+    assert (BASE.fwd_chain, BASE.bwd_chain) == (1, 1)
+    assert first[0] == Plan.from_dict({**BASE.to_dict(), "fwd_chain": 0, "bwd_chain": 0,
+                                       "fwd_block_rows": 32, "fwd_num_warps": 4,
+                                       "bwd_num_warps": 4})
+    # No chain neighbour has more than one warp, and none only toggles the taps (moot there).
+    assert all(p.fwd_num_warps == 1 for p in first if p.fwd_chain)
+    assert all(p.bwd_num_warps == 1 for p in first if p.bwd_chain)
+    assert Plan.from_dict({**BASE.to_dict(), "taps_once": 1 - BASE.taps_once}) not in first
+    # Each pass can go back to the loop kernel alone.
+    assert any(p.fwd_chain == 0 and p.bwd_chain == 1 for p in first)
+    assert any(p.fwd_chain == 1 and p.bwd_chain == 0 for p in first)
+
+
+def test_neighbourhood_of_a_loop_plan_tries_the_chain_kernels_then_the_taps() -> None:
+    loop = Plan(fwd_group=33, bwd_group=16, taps_once=1)
+    first = neighbourhood(loop, RANGES, 2)
+    assert first[0] == Plan(fwd_block_rows=8, bwd_block_rows=8, fwd_num_warps=1,
+                            bwd_num_warps=1, fwd_group=33, bwd_group=16, fwd_chain=1,
+                            bwd_chain=1)
+    assert first[1] == Plan(fwd_group=33, bwd_group=16, taps_once=0)
 
 
 def test_neighbourhood_clamps_groups_at_the_sm_count() -> None:
@@ -222,15 +242,16 @@ def context(measured: tuple[Measured, ...] = ()) -> ProposalContext:
 
 def test_llm_valid_proposals_are_parsed_and_request_is_openai_shaped(fake_llm: FakeLLM) -> None:
     fake_llm.content = json.dumps({"plans": [{"fwd_group": 32, "bwd_group": 32},
-                                             {"fwd_block_rows": 64, "fwd_num_warps": 8}]})
+                                             {"fwd_chain": 0, "fwd_block_rows": 64,
+                                              "fwd_num_warps": 8}]})
     cfg = LLMConfig(fake_llm.url, "tuner-model", api_key="k-123", timeout_s=5)
     measured = (Measured(BASE, 0.5),
                 Measured(Plan(**{**BASE.to_dict(), "fwd_group": 2}), None, "failed gate: x"))
     parsed = ask_llm(cfg, context(measured))
     assert parsed.rejections == ()
     assert parsed.plans == (check_plan({"fwd_group": 32, "bwd_group": 32}, BASE, RANGES),
-                            check_plan({"fwd_block_rows": 64, "fwd_num_warps": 8}, BASE,
-                                            RANGES))
+                            check_plan({"fwd_chain": 0, "fwd_block_rows": 64,
+                                        "fwd_num_warps": 8}, BASE, RANGES))
     (request,) = fake_llm.requests
     assert request["model"] == "tuner-model"
     assert [m["role"] for m in request["messages"]] == ["system", "user"]
@@ -490,23 +511,30 @@ def fake_times(plans: dict[str, Plan], shape: TuneShape) -> dict[str, list[float
             for i, (name, plan) in enumerate(plans.items())}
 
 
+# A loop-kernel heuristic for the tuner's mechanics: the fake gate and timing read tile heights,
+# which mean the same on both kernel families.
+LOOP_BASE = Plan(fwd_block_rows=32, bwd_block_rows=8, fwd_group=33, bwd_group=16)
+
+
 def make_tuner(monkeypatch: pytest.MonkeyPatch, **settings: Any) -> Tuner:
     tuner = Tuner(load_config(), torch.device("cpu"), TuneSettings(**settings), None, 7)
     tuner.info, tuner.ranges, tuner.can_time = H200, RANGES, True
+    monkeypatch.setattr(tuner, "_heuristic", lambda shape: LOOP_BASE)
     monkeypatch.setattr(tuner, "_gate", lambda group: FakeGate())
     monkeypatch.setattr(tuner, "_time", fake_times)
     return tuner
 
 
 def test_tune_group_promotes_the_fastest_gated_neighbour(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The heuristic and four neighbours: the taps toggle, groups ×2 and ÷2, then taller tiles
-    # (the fake timing's fastest).
-    tuner = make_tuner(monkeypatch, max_candidates=5)
+    # The heuristic and five neighbours: the chain kernels (8-row tiles, which the fake gate
+    # fails), the taps toggle, groups ×2 and ÷2, then taller tiles (the fake timing's fastest).
+    tuner = make_tuner(monkeypatch, max_candidates=6)
     group = ShapeGroup("float32", SHAPE.key, (SHAPE,))
     report, plan = tuner.tune_group(group, None)
     assert report.action == "promoted" and plan is not None
-    assert plan.fwd_block_rows == 2 * BASE.fwd_block_rows
-    assert len(report.candidates) == 5 and report.incumbent == "heuristic"
+    assert plan.fwd_block_rows == 2 * LOOP_BASE.fwd_block_rows
+    assert len(report.candidates) == 6 and report.incumbent == "heuristic"
+    assert report.gates["neighbour1"] == FAIL
 
 
 def test_tune_group_keeps_a_frozen_entry_that_is_already_best(

@@ -38,6 +38,8 @@ def plan_ranges(info: DeviceInfo) -> dict[str, tuple[int, ...]]:
         "bwd_group": groups,
         "num_stages": tuple(range(1, MAX_STAGES + 1)),
         "taps_once": (0, 1),
+        "fwd_chain": (0, 1),
+        "bwd_chain": (0, 1),
     }
 
 
@@ -81,14 +83,29 @@ def check_plan(fields: Mapping[str, Any], base: Plan, ranges: Mapping[str, tuple
 
 
 def _moves(base: Plan) -> Iterator[dict[str, int]]:
-    """Neighbour moves in order of expected value: the taps loaded once or per tile (same tiles,
-    different machine code; its effect varied by class on the H200), the L2 footprint (groups),
+    """Neighbour moves in order of expected value: the other kernel family for both passes (the
+    chain kernels won every h200 class, by up to 1.6×), the taps loaded once or per tile (same
+    tiles, different machine code; its effect varied by class on the H200; moot when both
+    passes are chain kernels), the L2 footprint (groups), one pass back to the loop kernel,
     then tile height with warps scaled alike (keeps rows per warp), then each alone, then
-    pipelining."""
+    pipelining. Moves that leave a Plan invalid (more than one warp in a chain pass) are
+    dropped by `neighbourhood`."""
     b = base
-    yield {"taps_once": 1 - b.taps_once}
+    chain = {"fwd_chain": 1, "bwd_chain": 1, "fwd_block_rows": 8, "bwd_block_rows": 8,
+             "fwd_num_warps": 1, "bwd_num_warps": 1, "taps_once": 0}
+    loop = {"fwd_chain": 0, "bwd_chain": 0, "fwd_block_rows": 32, "bwd_block_rows": 8,
+            "fwd_num_warps": 4, "bwd_num_warps": 4}
+    if not (b.fwd_chain and b.bwd_chain):
+        yield chain
+    if b.fwd_chain or b.bwd_chain:
+        yield loop
+    if not (b.fwd_chain and b.bwd_chain):
+        yield {"taps_once": 1 - b.taps_once}
     yield {"fwd_group": b.fwd_group * 2, "bwd_group": b.bwd_group * 2}
     yield {"fwd_group": b.fwd_group // 2, "bwd_group": b.bwd_group // 2}
+    for pass_ in ("fwd", "bwd"):
+        if getattr(b, f"{pass_}_chain"):
+            yield {k: v for k, v in loop.items() if k.startswith(pass_)}
     yield {"fwd_block_rows": b.fwd_block_rows * 2, "fwd_num_warps": b.fwd_num_warps * 2,
            "bwd_block_rows": b.bwd_block_rows * 2, "bwd_num_warps": b.bwd_num_warps * 2}
     yield {"fwd_block_rows": b.fwd_block_rows // 2, "bwd_block_rows": b.bwd_block_rows // 2}

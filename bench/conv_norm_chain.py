@@ -1,0 +1,128 @@
+"""conv+norm's chain kernels (`reference/conv_norm_chain.py`) across tile heights and group
+sizes, against the plan the reference picks (its GPU's table, else the heuristic) and a device
+copy of the same size, on every shape of a timing profile.
+
+For each shape: copy, the reference's plan, and for every P in ``--rows`` and group in
+``--groups`` the plan with both passes on the chain kernels, P chain positions a tile, forward
+and backward, all interleaved in the same rounds with the L2 flushed before every sample (as
+bench/reference.py's kernel table). Bandwidths use its bytes model (forward 2·N·e, backward
+4·N·e, copy 2·N·e). Each chain plan's outputs are compared with the reference plan's (largest
+difference over the largest value; yhat and dx can differ by a rounding of the output dtype,
+as the tiles' moments are summed in another order).
+
+The first run (2026-12-04, H200, then `bench/conv_norm_shift.py` with the kernels inline,
+against the h200 table's loop plans) is `bench/results/conv-norm-v5-h200-2026-12-04/`:
+
+    python bench/conv_norm_chain.py --rows 8,16 --groups 33,66,132 --out chain.json
+    OUT=$OUT bash bench/gpu_session.sh conv-norm-chain
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from reference.conv_norm import conv_norm_backward, conv_norm_forward  # noqa: E402
+from reference.plans import Plan  # noqa: E402
+
+
+def chain_plan(rows: int, group: int) -> Plan:
+    """Both passes on the chain kernels, ``rows`` chain positions a tile, ``group`` programs
+    an example."""
+    return Plan(fwd_block_rows=rows, bwd_block_rows=rows, fwd_num_warps=1, bwd_num_warps=1,
+                fwd_group=group, bwd_group=group, fwd_chain=1, bwd_chain=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The measurement
+# ----------------------------------------------------------------------------------------------
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a − b| over the largest |b|."""
+    a, b = a.double(), b.double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def _measure(shape: object, rows_list: list[int], groups: list[int], rounds: int,
+             flush: Callable[[], None]) -> dict[str, object]:
+    """One shape: copy, the plan the reference picks and every (P, group) chain plan."""
+    from grader.config import load_config
+    from reference.plans import plan_for
+    from reference.tuning.timing import conv_norm_inputs, quantiles, time_interleaved
+    from task.inputs import DTYPES
+
+    eps, channels = load_config().block.eps, load_config().block.channels
+    d = shape.dilation
+    x, w, g = conv_norm_inputs(shape.batch, shape.length, channels, DTYPES[shape.dtype],
+                               torch.device("cuda"), seed=2)
+    n_bytes = x.numel() * x.element_size()
+    plan = plan_for(x.device, x.dtype, shape.batch, shape.length, channels, d)
+    yhat, mean, rstd = conv_norm_forward(x, w, d, eps, plan)
+    dx, dw = conv_norm_backward(g, x, w, mean, rstd, d, plan)
+    dst = torch.empty_like(x)
+    fns: dict[str, Callable[[], object]] = {
+        "copy": lambda: dst.copy_(x),
+        "fwd:plan": lambda: conv_norm_forward(x, w, d, eps, plan),
+        "bwd:plan": lambda: conv_norm_backward(g, x, w, mean, rstd, d, plan)}
+    checks: dict[str, dict[str, float]] = {}
+    for rows in rows_list:
+        for group in groups:
+            tag = f"P{rows}g{group}"
+            chain = chain_plan(rows, group)
+            y2, _, r2 = conv_norm_forward(x, w, d, eps, chain)
+            dx2, dw2 = conv_norm_backward(g, x, w, mean, rstd, d, chain)
+            checks[tag] = {"yhat": _rel(y2, yhat), "rstd": _rel(r2, rstd), "dx": _rel(dx2, dx),
+                           "dw": _rel(dw2, dw)}
+            fns[f"fwd:{tag}"] = lambda chain=chain: conv_norm_forward(x, w, d, eps, chain)
+            fns[f"bwd:{tag}"] = lambda chain=chain: conv_norm_backward(g, x, w, mean, rstd, d,
+                                                                       chain)
+    med = {k: quantiles(v)["median"]
+           for k, v in time_interleaved(fns, rounds, 3, flush, hide_launch=True).items()}
+    copy_gbs = 2 * n_bytes / med["copy"] / 1e6
+    fraction = {k: (2 if k.startswith("fwd") else 4) * n_bytes / t / 1e6 / copy_gbs
+                for k, t in med.items() if k != "copy"}
+    print(f"{shape.label} (plan {plan.to_dict()}) copy {copy_gbs:.0f} GB/s", flush=True)
+    for k in fraction:
+        print(f"  {k:14s} {med[k]:.3f} ms {fraction[k]:5.0%}  "
+              f"{checks.get(k.split(':')[1], '')}", flush=True)
+    return {"shape": shape.label, "plan": plan.to_dict(), "median_ms": med,
+            "copy_gbs": copy_gbs, "copy_fraction": fraction, "vs_plan": checks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.step_limit import select_shapes
+    from reference.tuning.timing import HIDE_LAUNCH_FLUSH_BYTES, make_l2_flush
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", default="h200")
+    p.add_argument("--shapes", default="", help="comma-separated labels; default: every shape")
+    p.add_argument("--rows", default="8,16", help="chain positions a tile (P) to try")
+    p.add_argument("--groups", default="33,66,132", help="programs an example to try")
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--out", type=Path, help="write the results as JSON here")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/conv_norm_chain.py times GPU kernels: it needs a CUDA GPU")
+    shapes = select_shapes(args.profile, args.shapes)
+    flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
+    rows_list = [int(r) for r in args.rows.split(",")]
+    groups = [int(n) for n in args.groups.split(",")]
+    results = [_measure(s, rows_list, groups, args.rounds, flush) for s in shapes]
+    if args.out is not None:
+        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
+                                        "torch": torch.__version__, "rounds": args.rounds,
+                                        "results": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
