@@ -34,6 +34,12 @@ Tiles: rows of a tile are ``r + d·i`` for BLOCK_R consecutive residues r and BL
 chain positions i, so a shift by ±d is a shift by one chain position inside the tile, and the
 three shifted loads overlap (and can hit L1) for every dilation, not only small ones.
 
+Two kernel families share this design, chosen per pass by the plan (`Plan.fwd_chain`,
+`Plan.bwd_chain`): the loop kernels below, which form x at rows ± d by loading shifted tiles,
+and the chain kernels of `reference/conv_norm_chain.py` (tiles of one chain and all channels in
+a one-warp program, the shifts done in registers; up to 128 channels), which load each tile once
+a pass. The statistics both use are in `reference/conv_norm_group.py`.
+
 Numerics: loads are converted to fp32. Forward statistics are fp32 per-tile (count, mean, M2),
 two-pass inside each tile and Chan-combined across tiles and programs, all around a per-example
 shift K (the mean of y over one interior row), so a large common offset does not cancel; mean

@@ -47,7 +47,8 @@ def _group_barrier(ARRIVE, group):
 
     Release on arrival publishes this program's partials; acquire while polling makes the
     others' partials visible. Waits only on programs with earlier or later tickets of the same
-    example, all resident by the ticket order, so it cannot deadlock (see module docstring).
+    example, all resident by the ticket order, so it cannot deadlock (see
+    `reference/conv_norm.py`'s docstring).
     """
     # Every thread's partial stores must precede the (single-thread) releasing atomic.
     tl.debug_barrier()

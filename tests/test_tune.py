@@ -10,6 +10,7 @@ timed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -238,6 +239,12 @@ def fake_llm() -> Iterator[FakeLLM]:
 
 def context(measured: tuple[Measured, ...] = ()) -> ProposalContext:
     return ProposalContext("NVIDIA H200", SHAPE, BASE, RANGES, measured, max_plans=3)
+
+
+def test_every_plan_field_is_explained_to_the_llm() -> None:
+    from reference.tuning.llm import FIELD_NOTES
+
+    assert set(FIELD_NOTES) == {f.name for f in dataclasses.fields(Plan)}
 
 
 def test_llm_valid_proposals_are_parsed_and_request_is_openai_shaped(fake_llm: FakeLLM) -> None:

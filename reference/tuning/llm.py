@@ -121,6 +121,11 @@ FIELD_NOTES = {
     "fwd_group": "forward programs per example (they meet at a barrier; L2 footprint)",
     "bwd_group": "backward programs per example",
     "num_stages": "software pipelining depth, both kernels",
+    "taps_once": "loop kernels: 1 loads the conv taps once a program instead of every tile",
+    "fwd_chain": ("1: forward on the chain kernel (tiles of fwd_block_rows positions of one "
+                  "chain and all channels, the +-d shifts in registers, one warp a program; "
+                  "up to 128 channels); 0: the loop kernel"),
+    "bwd_chain": "the same for the backward (bwd_block_rows, one warp)",
 }
 
 SYSTEM_PROMPT = (
@@ -145,6 +150,7 @@ def build_messages(ctx: ProposalContext) -> list[dict[str, str]]:
         "constraints": [
             "every value an integer from its allowed set",
             f"block_rows x block_c <= {MAX_TILE_ELEMENTS} for both directions",
+            "fwd_num_warps = 1 where fwd_chain = 1, bwd_num_warps = 1 where bwd_chain = 1",
             "fields you omit take the baseline's value",
         ],
         "baseline": ctx.base.to_dict(),
