@@ -109,6 +109,19 @@ bench_record() {
     cat "$OUT/reference-$tag.md" >> "$OUT/summary.txt" 2>/dev/null
 }
 
+# The tuner on every h200 class's conv+norm plan (the MLP paths left as they are) in the time
+# left of $LIMIT: $1 candidates a class, $2 seconds kept back; its decisions in the summary.
+tune_h200_plans() {
+    timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 -m reference.tune --profile h200 \
+        --skip-mlp --max-candidates "$1" --gate-cases 2 --rounds 30 \
+        --time-budget-s $(( ${LIMIT:-560} - $(elapsed) - $2 )) \
+        --table reference/plans/h200.json --out "$OUT/h200.json" --report "$OUT/tune.json" \
+        > "$OUT/tune.log" 2>&1
+    echo "tune: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    grep -h "decide\|keep\|PROMOTE\|promot\|entries passed" "$OUT/tune.log" \
+        >> "$OUT/summary.txt"
+}
+
 # Every GPU test of the reference, the split and the fused MLP in four pytest processes on the
 # one GPU at once (correctness only, nothing timed), each closing line in the summary; under
 # 300 s on an H200. test_kernel_plans has a process of its own: with the rest in one process it
@@ -268,14 +281,7 @@ conv-norm-taps)
         --out "$OUT/taps.json" > "$OUT/taps.log" 2>&1
     echo "taps A/B: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
     cat "$OUT/taps.log" >> "$OUT/summary.txt"
-    timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 -m reference.tune --profile h200 \
-        --skip-mlp --max-candidates 6 --gate-cases 2 --rounds 30 \
-        --time-budget-s $(( ${LIMIT:-560} - $(elapsed) - 90 )) \
-        --table reference/plans/h200.json --out "$OUT/h200.json" --report "$OUT/tune.json" \
-        > "$OUT/tune.log" 2>&1
-    echo "tune: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
-    grep -h "decide\|keep\|PROMOTE\|promot\|entries passed" "$OUT/tune.log" \
-        >> "$OUT/summary.txt"
+    tune_h200_plans 6 90
     ;;
 reference-all)
     # Issue 17: every GPU test of the reference in four pytest processes on the one GPU
@@ -300,14 +306,7 @@ conv-norm-chain)
         --groups "${CHAIN_GROUPS:-33,66,132}" --out "$OUT/chain.json" > "$OUT/chain.log" 2>&1
     echo "chain: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
     cat "$OUT/chain.log" >> "$OUT/summary.txt"
-    timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 -m reference.tune --profile h200 \
-        --skip-mlp --max-candidates "${CANDIDATES:-8}" --gate-cases 2 --rounds 30 \
-        --time-budget-s $(( ${LIMIT:-560} - $(elapsed) - 60 )) \
-        --table reference/plans/h200.json --out "$OUT/h200.json" --report "$OUT/tune.json" \
-        > "$OUT/tune.log" 2>&1
-    echo "tune: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
-    grep -h "decide\|keep\|PROMOTE\|promot\|entries passed" "$OUT/tune.log" \
-        >> "$OUT/summary.txt"
+    tune_h200_plans "${CANDIDATES:-8}" 60
     ;;
 conv-norm-maxnreg)
     # Issue 17: does a register cap (Triton's maxnreg) lift conv+norm's register-limited
