@@ -21,12 +21,14 @@ loads each x tile once a pass, and the backward computes dy once a row (plus two
 forms dx = w0·dy[i+1] + w1·dy[i] + w2·dy[i−1] from shifted registers: 26 / 30 instructions an
 element forward (fp32 / bf16) and 37 / 45 backward for sm_90, against the loop kernels' 36–37
 and 71–78. Measured on an H200 (2026-12-04): bf16 backward 1.15–1.22 ms → 0.72–0.74 ms, fp32
-0.41–0.43 → 0.37–0.41, forwards 4–15% faster (`bench/results/conv-norm-v5-h200-2026-12-04/`).
+backward 0.41–0.43 → 0.37–0.38 ms, forwards 1.04–1.22× faster
+(`bench/results/conv-norm-v5-h200-2026-12-04/`).
 
 Channels: up to 128 (one warp's 32 threads × 4); the launcher runs the loop kernels beyond that.
-Fewer channels than 128, or a count that is not a power of two, are masked; the warp's spare
-threads then split the chain axis, which Triton handles with layout conversions (correct,
-slower; only small shapes have so few channels).
+A count that is not a power of two is masked. With fewer than 128 the warp's spare threads split
+the chain axis, so the shifts cross threads through shared memory (16 channels: 5 block
+barriers a tile loop, `--block-c 16`): correct, not fast; the tuner can pick the loop kernels
+for such classes.
 """
 
 from __future__ import annotations
