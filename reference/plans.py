@@ -394,6 +394,8 @@ def heuristic_plan(
     (2026-12-04, `bench/results/conv-norm-v5-h200-2026-12-04/`) they beat the table's loop
     plans on every h200 shape in both dtypes and passes (bf16 backward 1.6×); 8-position tiles
     won or tied 16 everywhere, and 33 or 66 programs an example were within 5% of each other.
+    Only 128 channels were timed (every timing profile's); below, the chain kernels' shifts
+    cross threads (`reference/conv_norm_chain.py`), so a table entry may prefer the loops.
 
     Args:
         info: Device properties (`device_info`).
