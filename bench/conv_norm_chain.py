@@ -30,8 +30,17 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.conv_norm_plans import rel_diff, time_against_copy  # noqa: E402
+from bench.step_limit import LimitShape, select_shapes  # noqa: E402
+from grader.config import load_config  # noqa: E402
 from reference.conv_norm import conv_norm_backward, conv_norm_forward  # noqa: E402
-from reference.plans import Plan  # noqa: E402
+from reference.plans import Plan, plan_for  # noqa: E402
+from reference.tuning.timing import (  # noqa: E402
+    HIDE_LAUNCH_FLUSH_BYTES,
+    conv_norm_inputs,
+    make_l2_flush,
+)
+from task.inputs import DTYPES  # noqa: E402
 
 
 def chain_plan(rows: int, group: int) -> Plan:
@@ -46,20 +55,9 @@ def chain_plan(rows: int, group: int) -> Plan:
 # ----------------------------------------------------------------------------------------------
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest |a − b| over the largest |b|."""
-    a, b = a.double(), b.double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
-
-
-def _measure(shape: object, rows_list: list[int], groups: list[int], rounds: int,
+def _measure(shape: LimitShape, rows_list: list[int], groups: list[int], rounds: int,
              flush: Callable[[], None]) -> dict[str, object]:
     """One shape: copy, the plan the reference picks and every (P, group) chain plan."""
-    from grader.config import load_config
-    from reference.plans import plan_for
-    from reference.tuning.timing import conv_norm_inputs, quantiles, time_interleaved
-    from task.inputs import DTYPES
-
     eps, channels = load_config().block.eps, load_config().block.channels
     d = shape.dilation
     x, w, g = conv_norm_inputs(shape.batch, shape.length, channels, DTYPES[shape.dtype],
@@ -80,16 +78,12 @@ def _measure(shape: object, rows_list: list[int], groups: list[int], rounds: int
             chain = chain_plan(rows, group)
             y2, _, r2 = conv_norm_forward(x, w, d, eps, chain)
             dx2, dw2 = conv_norm_backward(g, x, w, mean, rstd, d, chain)
-            checks[tag] = {"yhat": _rel(y2, yhat), "rstd": _rel(r2, rstd), "dx": _rel(dx2, dx),
-                           "dw": _rel(dw2, dw)}
+            checks[tag] = {"yhat": rel_diff(y2, yhat), "rstd": rel_diff(r2, rstd),
+                           "dx": rel_diff(dx2, dx), "dw": rel_diff(dw2, dw)}
             fns[f"fwd:{tag}"] = lambda chain=chain: conv_norm_forward(x, w, d, eps, chain)
             fns[f"bwd:{tag}"] = lambda chain=chain: conv_norm_backward(g, x, w, mean, rstd, d,
                                                                        chain)
-    med = {k: quantiles(v)["median"]
-           for k, v in time_interleaved(fns, rounds, 3, flush, hide_launch=True).items()}
-    copy_gbs = 2 * n_bytes / med["copy"] / 1e6
-    fraction = {k: (2 if k.startswith("fwd") else 4) * n_bytes / t / 1e6 / copy_gbs
-                for k, t in med.items() if k != "copy"}
+    med, copy_gbs, fraction = time_against_copy(fns, n_bytes, rounds, flush)
     print(f"{shape.label} (plan {plan.to_dict()}) copy {copy_gbs:.0f} GB/s", flush=True)
     for k in fraction:
         print(f"  {k:14s} {med[k]:.3f} ms {fraction[k]:5.0%}  "
@@ -99,9 +93,6 @@ def _measure(shape: object, rows_list: list[int], groups: list[int], rounds: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.step_limit import select_shapes
-    from reference.tuning.timing import HIDE_LAUNCH_FLUSH_BYTES, make_l2_flush
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default="h200")
     p.add_argument("--shapes", default="", help="comma-separated labels; default: every shape")

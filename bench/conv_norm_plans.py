@@ -39,7 +39,33 @@ from reference.tuning.timing import (  # noqa: E402
 )
 from task.inputs import DTYPES  # noqa: E402
 
+# Bytes a pass moves in units of N·e (bench/reference.py's model): the forward reads x and
+# writes yhat, the backward reads x and dyhat and writes dx; a copy reads and writes.
 BYTES = {"fwd": 2, "bwd": 4, "copy": 2}
+
+
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a − b| over the largest |b|."""
+    a, b = a.double(), b.double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def time_against_copy(fns: dict[str, Callable[[], object]], n_bytes: int, rounds: int,
+                      flush: Callable[[], None]) -> tuple[dict[str, float], float,
+                                                          dict[str, float]]:
+    """Time ``fns`` interleaved (L2 flushed before every sample, device time alone), where
+    ``fns["copy"]`` copies ``n_bytes`` and every other key starts with ``fwd:`` or ``bwd:``.
+
+    Returns:
+        Median ms per key, the copy's GB/s, and every other key's fraction of copy bandwidth
+        by `BYTES`.
+    """
+    samples = time_interleaved(fns, rounds, 3, flush, hide_launch=True)
+    med = {k: quantiles(v)["median"] for k, v in samples.items()}
+    copy_gbs = BYTES["copy"] * n_bytes / med["copy"] / 1e6
+    fraction = {k: BYTES[k.split(":")[0]] * n_bytes / t / 1e6 / copy_gbs
+                for k, t in med.items() if k != "copy"}
+    return med, copy_gbs, fraction
 
 
 def parse_variants(text: str) -> list[dict[str, int]]:
@@ -90,11 +116,7 @@ def measure(shape: LimitShape, variants: list[dict[str, int]], rounds: int,
     first = label(variants[0])
     bitwise = {name: all(torch.equal(a, b) for a, b in zip(out, outputs[first], strict=True))
                for name, out in outputs.items()}
-    samples = time_interleaved(fns, rounds, 3, flush, hide_launch=True)
-    med = {k: quantiles(v)["median"] for k, v in samples.items()}
-    copy_gbs = BYTES["copy"] * n_bytes / med["copy"] / 1e6
-    fraction = {k: BYTES[k.split(":")[0]] * n_bytes / t / 1e6 / copy_gbs
-                for k, t in med.items() if k != "copy"}
+    med, copy_gbs, fraction = time_against_copy(fns, n_bytes, rounds, flush)
     speedup = {k: med[f"{k.split(':')[0]}:{first}"] / t for k, t in med.items() if k != "copy"}
     print(f"{shape.label} (plan {base.to_dict()}) copy {copy_gbs:.0f} GB/s", flush=True)
     for k in fraction:

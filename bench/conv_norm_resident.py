@@ -49,6 +49,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.conv_norm_plans import rel_diff, time_against_copy  # noqa: E402
 from bench.step_limit import LimitShape, select_shapes  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from reference.conv_norm import (  # noqa: E402
@@ -71,13 +72,8 @@ from reference.tuning.timing import (  # noqa: E402
     HIDE_LAUNCH_FLUSH_BYTES,
     conv_norm_inputs,
     make_l2_flush,
-    quantiles,
-    time_interleaved,
 )
 from task.inputs import DTYPES  # noqa: E402
-
-BYTES = {"fwd": 2, "bwd": 4, "copy": 2}
-
 
 # ----------------------------------------------------------------------------------------------
 # Forward kernel
@@ -294,12 +290,6 @@ def backward_resident(dyhat: torch.Tensor, x: torch.Tensor, weight: torch.Tensor
 # ----------------------------------------------------------------------------------------------
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Largest |a − b| over the largest |b|."""
-    a, b = a.double(), b.double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
-
-
 def _configs(text: str) -> list[tuple[int, int]]:
     return [(int(r), int(w)) for r, w in (c.split("x") for c in text.split(","))]
 
@@ -327,7 +317,8 @@ def _measure(shape: LimitShape, fwd: list[tuple[int, int]], bwd: list[tuple[int,
             continue
         name = f"fwd:r{rows}w{warps}"
         y2, m2, r2 = forward_resident(x, w, d, eps, tiling, warps)
-        checks[name] = {"yhat": _rel(y2, yhat), "mean": _rel(m2, mean), "rstd": _rel(r2, rstd)}
+        checks[name] = {"yhat": rel_diff(y2, yhat), "mean": rel_diff(m2, mean),
+                        "rstd": rel_diff(r2, rstd)}
         fns[name] = (lambda t=tiling, nw=warps: forward_resident(x, w, d, eps, t, nw))
     for rows, warps in bwd:
         tiling = _tiling(shape.length, channels, d, rows, 128)
@@ -335,14 +326,10 @@ def _measure(shape: LimitShape, fwd: list[tuple[int, int]], bwd: list[tuple[int,
             continue
         name = f"bwd:r{rows}w{warps}"
         dx2, dw2 = backward_resident(dyhat, x, w, mean, rstd, d, None, tiling, warps)
-        checks[name] = {"dx": _rel(dx2, dx), "dw": _rel(dw2, dw)}
+        checks[name] = {"dx": rel_diff(dx2, dx), "dw": rel_diff(dw2, dw)}
         fns[name] = (lambda t=tiling, nw=warps:
                      backward_resident(dyhat, x, w, mean, rstd, d, None, t, nw))
-    samples = time_interleaved(fns, rounds, 3, flush, hide_launch=True)
-    med = {k: quantiles(v)["median"] for k, v in samples.items()}
-    copy_gbs = BYTES["copy"] * n_bytes / med["copy"] / 1e6
-    frac = {k: BYTES[k.split(":")[0]] * n_bytes / t / 1e6 / copy_gbs
-            for k, t in med.items() if k != "copy"}
+    med, copy_gbs, frac = time_against_copy(fns, n_bytes, rounds, flush)
     print(f"{shape.label} (plan {plan.to_dict()}) copy {copy_gbs:.0f} GB/s", flush=True)
     for k, t in med.items():
         if k != "copy":
