@@ -413,22 +413,22 @@ def heuristic_plan(
         tiles = -(-length // rows) * cblocks
         return max(1, min(info.sm_count // fraction, tiles, info.sm_count))
 
-    # The CPU interpreter pays Python overhead per tile, not per element: bigger backward tiles
-    # there (still several per example in the tests' lengths, so the tile loops are exercised).
-    bwd_rows = 32 if info.name == "cpu" else 8
+    # The CPU interpreter pays Python overhead per tile, not per element: bigger tiles there
+    # (still several per example in the tests' lengths, so the tile loops are exercised) for
+    # the chain kernels and the loop backward.
+    rows = 32 if info.name == "cpu" else 8
     if channels <= MAX_CHAIN_CHANNELS:
-        rows = 32 if info.name == "cpu" else 8
         return Plan(fwd_block_rows=rows, bwd_block_rows=rows, block_c=block_c,
                     fwd_num_warps=1, bwd_num_warps=1, fwd_group=group(4, rows),
                     bwd_group=group(4, rows), num_stages=1, fwd_chain=1, bwd_chain=1)
     return Plan(
         fwd_block_rows=32,
-        bwd_block_rows=bwd_rows,
+        bwd_block_rows=rows,
         block_c=block_c,
         fwd_num_warps=4,
         bwd_num_warps=4,
         fwd_group=group(4, 32),
-        bwd_group=group(8, bwd_rows),
+        bwd_group=group(8, rows),
         num_stages=1,
         taps_once=int(dtype.itemsize == 2),
     )
