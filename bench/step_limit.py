@@ -26,7 +26,9 @@ MLP of `reference/mlp.py`, built here so it can be timed before the block is wir
 ``reference_bf16x3_mlp`` (the chunked kernels with fp32 products as three bf16 ones),
 ``reference_split_mlp`` (the reference block with ``split_mlp`` True: both linears through
 `reference.split_linear`, fp32 products as three bf16 ones), ``reference_cublas_mlp`` (with
-``split_mlp`` False: both linears through cuBLAS),
+``split_mlp`` False: both linears through cuBLAS), ``reference_unfused_residual`` (the
+reference block with ``fuse_residual`` False: autograd adds the residual's gradient to dx in a
+pass of its own instead of the conv+norm backward kernel),
 ``compile`` (torch.compile of the frozen block, default mode) and ``compile_max_autotune``
 (mode ``max-autotune-no-cudagraphs``). Interleaved rounds in carry-over-balanced orders, the L2
 flushed before every sample, CUDA events, host overhead included (as the grader times a step);
@@ -75,8 +77,8 @@ COPY_BYTES = 1 << 30
 MATMUL_N = 8192
 RATE_REPS = 20
 VARIANTS = ("eager", "reference", "reference_fused_mlp", "reference_resident_mlp",
-            "reference_bf16x3_mlp", "reference_split_mlp", "reference_cublas_mlp", "compile",
-            "compile_max_autotune")
+            "reference_bf16x3_mlp", "reference_split_mlp", "reference_cublas_mlp",
+            "reference_unfused_residual", "compile", "compile_max_autotune")
 DEFAULT_VARIANTS = ("eager", "reference", "compile", "compile_max_autotune")
 COMPILE_MODES = {"compile": None, "compile_max_autotune": "max-autotune-no-cudagraphs"}
 LIMIT_MODEL = (f"memory {MEMORY_PASSES}·N·e / copy; compute {GEMMS_PER_STEP}·2·(B·L)·C·(E·C) / "
@@ -361,6 +363,9 @@ def time_steps(shape: LimitShape, variants: Sequence[str], channels: int, rounds
             forwards[name] = _fused_mlp_step(blocks[name], name)
         elif name in ("reference_split_mlp", "reference_cublas_mlp"):
             blocks[name].split_mlp = name == "reference_split_mlp"
+            forwards[name] = blocks[name]
+        elif name == "reference_unfused_residual":
+            blocks[name].fuse_residual = False
             forwards[name] = blocks[name]
         elif name in COMPILE_MODES:
             forwards[name] = torch.compile(blocks[name], mode=COMPILE_MODES[name])

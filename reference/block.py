@@ -6,6 +6,11 @@ Same constructor signature, state-dict keys and default initialisation as the fr
 ``TRITON_INTERPRET=1`` set before import, on CPU tensors through the Triton interpreter. There is
 no PyTorch fallback for conv or norm anywhere.
 
+The residual gradient is folded into the conv+norm backward: `conv_norm_skip` returns x (a view)
+beside ŷ, the residual add uses that view, and the gradient reaching x through it is added into
+dx inside the backward kernel instead of in a separate elementwise pass of autograd's
+(``fuse_residual`` False restores that pass, for benchmarks).
+
 The residual add is folded into the second linear: ``out = x + s·(act·W2ᵀ) = addmm(x, act,
 (s·W2)ᵀ)``. That is one cuBLAS call instead of a matmul, a scale and an add (the scale lands on
 the small weight, not on the activation), and with zero weights it returns x bit for bit.
@@ -25,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.conv_norm import conv_norm
+from reference.conv_norm import conv_norm, conv_norm_skip
 from reference.plans import Plan, mlp_path_for
 from reference.split_linear import split_linear
 
@@ -75,6 +80,9 @@ class DilatedResidualBlock(nn.Module):
         # Both linears through `reference.split_linear` (True) or cuBLAS (False); None lets
         # `reference.plans.mlp_path_for` choose per device and dtype (module docstring).
         self.split_mlp: bool | None = None
+        # The residual's gradient added into dx by the conv+norm backward kernel (True), or
+        # by autograd in a pass of its own (False; benchmarks).
+        self.fuse_residual = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block.
@@ -92,7 +100,10 @@ class DilatedResidualBlock(nn.Module):
             raise ValueError(
                 f"x.shape={tuple(x.shape)} must be (batch, length, channels={self.channels})"
             )
-        yhat = conv_norm(x, self.conv.weight, self.dilation, self.eps, self.plan)
+        if self.fuse_residual:
+            yhat, x = conv_norm_skip(x, self.conv.weight, self.dilation, self.eps, self.plan)
+        else:
+            yhat = conv_norm(x, self.conv.weight, self.dilation, self.eps, self.plan)
         rows = x.shape[0] * x.shape[1]
         w2 = self.fc2.weight * self.residual_scale
         split = self.split_mlp

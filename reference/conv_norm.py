@@ -621,6 +621,46 @@ class ConvNormFunction(torch.autograd.Function):
         return dx, dw, None, None, None
 
 
-conv_norm = ConvNormFunction.apply
+class ConvNormSkipFunction(torch.autograd.Function):
+    """(yhat, skip): `ConvNormFunction`'s yhat and x itself (a view of it) for the block's
+    residual add, so the gradient that reaches x through the skip is added into dx inside the
+    backward kernel (``residual_grad``). Without it autograd sums the two gradients of x in a
+    separate elementwise pass that reads two tensors and writes one (3·N·e bytes, about as much
+    as the conv+norm backward's own traffic)."""
 
-__all__ = ["ConvNormFunction", "conv_norm", "conv_norm_backward", "conv_norm_forward"]
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        dilation: int,
+        eps: float,
+        plan: Plan | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        yhat, mean, rstd = conv_norm_forward(x, weight, dilation, eps, plan)
+        if any(ctx.needs_input_grad[:2]):
+            ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.dilation = dilation
+        ctx.plan = plan
+        # An unused output's gradient arrives as None, not as a tensor of zeros.
+        ctx.set_materialize_grads(False)
+        return yhat, x.view_as(x)
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, dyhat: torch.Tensor | None,
+        dskip: torch.Tensor | None,
+    ) -> tuple[torch.Tensor | None, ...]:
+        x, weight, mean, rstd = ctx.saved_tensors
+        if dyhat is None:  # yhat unused: dx is the skip's gradient alone, dw zero
+            dyhat = torch.zeros_like(x)
+        dx, dw = conv_norm_backward(dyhat, x, weight, mean, rstd, ctx.dilation, ctx.plan,
+                                    residual_grad=dskip)
+        return dx, dw, None, None, None
+
+
+conv_norm = ConvNormFunction.apply
+conv_norm_skip = ConvNormSkipFunction.apply
+
+__all__ = ["ConvNormFunction", "ConvNormSkipFunction", "conv_norm", "conv_norm_backward",
+           "conv_norm_forward", "conv_norm_skip"]

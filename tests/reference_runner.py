@@ -199,10 +199,65 @@ def residual_check(spec: dict[str, Any]) -> dict[str, float]:
             else math.inf}
 
 
+# Unit roundoff of each dtype: the fused residual gradient differs from autograd's separate add
+# by at most one rounding of dx.
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
+
+
+def skip_check(spec: dict[str, Any]) -> dict[str, float]:
+    """The block's residual gradient fused into the conv+norm backward (``fuse_residual``, the
+    default) against autograd's separate add (False), one training step each on the same inputs.
+
+    Spec keys: batch, length, channels, dilation, dtype, seed, optional plan, device (default
+    "cpu"). Returns ``grad_x``: the largest |difference| of x.grad over 8 unit roundoffs of the
+    largest |x.grad| (≤ 0.5: within 4, as the separate add rounds dx and then the sum, where the
+    kernel rounds the sum once; each rounding is at most one unit roundoff of a value about as
+    large as the largest gradient); ``rest_equal``: 0.0 if the output and every weight gradient are bit for bit the same,
+    else inf; ``fused``: 0.0 if the fused step handed the skip's gradient to the backward kernel
+    (``residual_grad``) and the unfused one did not, else inf.
+    """
+    import reference.conv_norm as cn
+    from reference.block import DilatedResidualBlock
+
+    cn.POISON_OUTPUTS = True
+    device = spec.get("device", "cpu")
+    inp = make_inputs(batch=spec["batch"], length=spec["length"], channels=spec["channels"],
+                      expansion=2, family="normal", dtype=spec["dtype"],
+                      seed=derive_seed(spec["seed"]), device=device)
+    backward = cn.conv_norm_backward
+    handed: list[bool] = []
+
+    def recording_backward(*args: Any, residual_grad: Any = None, **kwargs: Any) -> Any:
+        handed.append(residual_grad is not None)
+        return backward(*args, residual_grad=residual_grad, **kwargs)
+
+    steps = []
+    cn.conv_norm_backward = recording_backward
+    try:
+        for fuse in (True, False):
+            block = DilatedResidualBlock(spec["channels"], spec["dilation"]).to(
+                device=device, dtype=DTYPES[spec["dtype"]])
+            block.load_state_dict(inp.state_dict())
+            block.plan = _plan(spec)
+            block.fuse_residual = fuse
+            x = inp.x.clone().requires_grad_()
+            out = block(x)
+            out.backward(inp.grad_out)
+            steps.append((x.grad, out, *(p.grad for p in block.parameters())))
+    finally:
+        cn.conv_norm_backward = backward
+    (gx_fused, *rest_fused), (gx_plain, *rest_plain) = steps
+    scale = 8 * UNIT_ROUNDOFF[spec["dtype"]] * float(gx_plain.abs().max())
+    err = float((gx_fused.double() - gx_plain.double()).abs().max())
+    same = all(torch.equal(a, b) for a, b in zip(rest_fused, rest_plain, strict=True))
+    return {"grad_x": err / scale, "rest_equal": 0.0 if same else math.inf,
+            "fused": 0.0 if handed == [True, False] else math.inf}
+
+
 def run(spec: dict[str, Any]) -> dict[str, float]:
     """Dispatch one spec by its ``kind``."""
     checks = {"kernel": kernel_check, "block": block_check, "identity": identity_check,
-              "residual": residual_check}
+              "residual": residual_check, "skip": skip_check}
     if spec["kind"] not in checks:
         raise ValueError(f"spec kind={spec['kind']!r} is not one of {sorted(checks)}")
     return checks[spec["kind"]](spec)

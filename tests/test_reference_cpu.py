@@ -160,6 +160,15 @@ def residual_specs() -> list[dict[str, Any]]:
              "seed": 21 + d, **extra} for d in (1, 4) for extra in ({}, {"plan": LOOP_PLAN})]
 
 
+def skip_specs() -> list[dict[str, Any]]:
+    """The block's fused residual gradient against autograd's add: both kernel families, fp32
+    and bf16, dilations 1 and 4 (spans of several tiles)."""
+    return [{"kind": "skip", "batch": 2, "length": 11, "channels": 6, "dilation": d,
+             "dtype": dtype, "seed": 31 + d, **extra}
+            for d in (1, 4) for dtype in ("float32", "bfloat16")
+            for extra in ({}, {"plan": LOOP_PLAN})]
+
+
 def all_groups() -> dict[str, list[dict[str, Any]]]:
     groups = {f"kernel-{d}-{c}": kernel_specs(d, c) for d, c in KERNEL_GRID}
     groups["offset"] = offset_specs()
@@ -170,6 +179,7 @@ def all_groups() -> dict[str, list[dict[str, Any]]]:
     groups.update({f"block-{case}": block_specs(case) for case in SMOKE_CASES})
     groups["identity"] = identity_specs()
     groups["residual"] = residual_specs()
+    groups["skip"] = skip_specs()
     return groups
 
 
@@ -330,6 +340,12 @@ def test_block_zero_weight_identity(interpreted: dict) -> None:
 def test_backward_residual_grad(interpreted: dict) -> None:
     """The launcher's residual_grad is added into dx in-kernel and leaves dw alone."""
     assert_within(residual_specs(), results_of(interpreted, "residual"))
+
+
+def test_block_fuses_the_residual_gradient(interpreted: dict) -> None:
+    """The block hands the skip's gradient to the conv+norm backward kernel (no separate add):
+    x.grad within two roundings of autograd's add, everything else bit for bit the same."""
+    assert_within(skip_specs(), results_of(interpreted, "skip"))
 
 
 # --- host-side checks (no kernel runs) ---------------------------------------------------------
