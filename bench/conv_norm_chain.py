@@ -55,9 +55,19 @@ def chain_plan(rows: int, group: int) -> Plan:
 # ----------------------------------------------------------------------------------------------
 
 
+def given_c12(x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, d: int, eps: float,
+              plan: Plan) -> torch.Tensor:
+    """(B, 2) fp32 c1 = mean(ŷ·dŷ), c2 = mean(dŷ) per example, as `reference.norm_grad` would
+    hand them to the backward (here from ŷ and dŷ directly)."""
+    yhat, _, _ = conv_norm_forward(x, w, d, eps, plan)
+    prod = (yhat.double() * g.double()).mean(dim=(1, 2))
+    return torch.stack([prod, g.double().mean(dim=(1, 2))], dim=1).float()
+
+
 def _measure(shape: LimitShape, rows_list: list[int], groups: list[int], rounds: int,
-             flush: Callable[[], None]) -> dict[str, object]:
-    """One shape: copy, the plan the reference picks and every (P, group) chain plan."""
+             flush: Callable[[], None], c12: bool = False) -> dict[str, object]:
+    """One shape: copy, the plan the reference picks and every (P, group) chain plan; with
+    ``c12`` also the plan's backward given c1 and c2 (``bwd:plan+c12``, one pass)."""
     eps, channels = load_config().block.eps, load_config().block.channels
     d = shape.dilation
     x, w, g = conv_norm_inputs(shape.batch, shape.length, channels, DTYPES[shape.dtype],
@@ -72,6 +82,12 @@ def _measure(shape: LimitShape, rows_list: list[int], groups: list[int], rounds:
         "fwd:plan": lambda: conv_norm_forward(x, w, d, eps, plan),
         "bwd:plan": lambda: conv_norm_backward(g, x, w, mean, rstd, d, plan)}
     checks: dict[str, dict[str, float]] = {}
+    if c12:
+        stats = given_c12(x, w, g, d, eps, plan)
+        dx2, dw2 = conv_norm_backward(g, x, w, mean, rstd, d, plan, c12=stats)
+        checks["plan+c12"] = {"dx": rel_diff(dx2, dx), "dw": rel_diff(dw2, dw)}
+        fns["bwd:plan+c12"] = lambda: conv_norm_backward(g, x, w, mean, rstd, d, plan,
+                                                         c12=stats)
     for rows in rows_list:
         for group in groups:
             tag = f"P{rows}g{group}"
@@ -99,15 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default="8,16", help="chain positions a tile (P) to try")
     p.add_argument("--groups", default="33,66,132", help="programs an example to try")
     p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--given-c12", action="store_true",
+                   help="also time the plan's backward given c1 and c2 (one pass; "
+                   "reference/norm_grad.py)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench/conv_norm_chain.py times GPU kernels: it needs a CUDA GPU")
     shapes = select_shapes(args.profile, args.shapes)
     flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
-    rows_list = [int(r) for r in args.rows.split(",")]
-    groups = [int(n) for n in args.groups.split(",")]
-    results = [_measure(s, rows_list, groups, args.rounds, flush) for s in shapes]
+    rows_list = [int(r) for r in args.rows.split(",") if r]
+    groups = [int(n) for n in args.groups.split(",") if n]
+    results = [_measure(s, rows_list, groups, args.rounds, flush, args.given_c12)
+               for s in shapes]
     if args.out is not None:
         args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
                                         "torch": torch.__version__, "rounds": args.rounds,

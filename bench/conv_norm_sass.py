@@ -46,7 +46,7 @@ ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Tensors of x's dtype; the rest of the pointers are fp32 (statistics, partials) or int32.
 X_DTYPE_ARGS = {"X", "W", "YHAT", "DYHAT", "RES", "DX"}
 CONSTEXPR_ARGS = {"BLOCK_P", "BLOCK_R", "BLOCK_C", "BLOCK_G", "EVEN_C", "HAS_RES", "SPLIT_C",
-                  "TAPS_ONCE", "P", "VEC"}
+                  "TAPS_ONCE", "P", "VEC", "GIVEN_C12"}
 BYTES_MODEL = {"fwd": 2, "bwd": 4}
 
 
@@ -124,7 +124,7 @@ def compile_kernel(direction: str, dtype: str, rows: int, block_c: int, num_warp
         consts = {"BLOCK_C": block_c, "P": rows, "BLOCK_G": 256, "EVEN_C": True,
                   "VEC": min(4, block_c)}
         if direction == "bwd":
-            consts["HAS_RES"] = False
+            consts.update(HAS_RES=False, GIVEN_C12=False)
     else:
         fn = (conv_norm._conv_norm_fwd_kernel if direction == "fwd"
               else conv_norm._conv_norm_bwd_kernel)

@@ -28,7 +28,9 @@ MLP of `reference/mlp.py`, built here so it can be timed before the block is wir
 `reference.split_linear`, fp32 products as three bf16 ones), ``reference_cublas_mlp`` (with
 ``split_mlp`` False: both linears through cuBLAS), ``reference_unfused_residual`` (the
 reference block with ``fuse_residual`` False: autograd adds the residual's gradient to dx in a
-pass of its own instead of the conv+norm backward kernel),
+pass of its own instead of the conv+norm backward kernel), ``reference_norm_grad_from_mlp``
+(``norm_grad_from_mlp`` True: the normalization gradient's c1 and c2 from the GELU's
+backward, the conv+norm backward in one pass; `reference/norm_grad.py`),
 ``compile`` (torch.compile of the frozen block, default mode) and ``compile_max_autotune``
 (mode ``max-autotune-no-cudagraphs``). Interleaved rounds in carry-over-balanced orders, the L2
 flushed before every sample, CUDA events, host overhead included (as the grader times a step);
@@ -78,7 +80,8 @@ MATMUL_N = 8192
 RATE_REPS = 20
 VARIANTS = ("eager", "reference", "reference_fused_mlp", "reference_resident_mlp",
             "reference_bf16x3_mlp", "reference_split_mlp", "reference_cublas_mlp",
-            "reference_unfused_residual", "compile", "compile_max_autotune")
+            "reference_unfused_residual", "reference_norm_grad_from_mlp", "compile",
+            "compile_max_autotune")
 DEFAULT_VARIANTS = ("eager", "reference", "compile", "compile_max_autotune")
 COMPILE_MODES = {"compile": None, "compile_max_autotune": "max-autotune-no-cudagraphs"}
 LIMIT_MODEL = (f"memory {MEMORY_PASSES}·N·e / copy; compute {GEMMS_PER_STEP}·2·(B·L)·C·(E·C) / "
@@ -366,6 +369,9 @@ def time_steps(shape: LimitShape, variants: Sequence[str], channels: int, rounds
             forwards[name] = blocks[name]
         elif name == "reference_unfused_residual":
             blocks[name].fuse_residual = False
+            forwards[name] = blocks[name]
+        elif name == "reference_norm_grad_from_mlp":
+            blocks[name].norm_grad_from_mlp = True
             forwards[name] = blocks[name]
         elif name in COMPILE_MODES:
             forwards[name] = torch.compile(blocks[name], mode=COMPILE_MODES[name])

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.conv_norm import conv_norm, conv_norm_skip
+from reference.norm_grad import NormGradStats, gelu_norm_grad
 from reference.plans import Plan, mlp_path_for
 from reference.split_linear import split_linear
 
@@ -83,6 +84,9 @@ class DilatedResidualBlock(nn.Module):
         # The residual's gradient added into dx by the conv+norm backward kernel (True), or
         # by autograd in a pass of its own (False; benchmarks).
         self.fuse_residual = True
+        # The normalization gradient's c1 and c2 from the GELU's backward, so the conv+norm
+        # backward makes one pass (`reference.norm_grad`; needs fuse_residual). Off until timed.
+        self.norm_grad_from_mlp = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block.
@@ -100,8 +104,10 @@ class DilatedResidualBlock(nn.Module):
             raise ValueError(
                 f"x.shape={tuple(x.shape)} must be (batch, length, channels={self.channels})"
             )
+        stats = NormGradStats() if self.fuse_residual and self.norm_grad_from_mlp else None
         if self.fuse_residual:
-            yhat, x = conv_norm_skip(x, self.conv.weight, self.dilation, self.eps, self.plan)
+            yhat, x = conv_norm_skip(x, self.conv.weight, self.dilation, self.eps, self.plan,
+                                     stats)
         else:
             yhat = conv_norm(x, self.conv.weight, self.dilation, self.eps, self.plan)
         rows = x.shape[0] * x.shape[1]
@@ -109,10 +115,16 @@ class DilatedResidualBlock(nn.Module):
         split = self.split_mlp
         if split is None:
             split = mlp_path_for(x.device, x.dtype) == "split"
+
+        def gelu(h: torch.Tensor) -> torch.Tensor:
+            if stats is None:
+                return F.gelu(h)
+            return gelu_norm_grad(h, self.fc1.weight, self.channels, stats)
+
         if split:
-            act = F.gelu(split_linear(yhat, self.fc1.weight))
+            act = gelu(split_linear(yhat, self.fc1.weight))
             return x + split_linear(act, w2)
-        act = F.gelu(F.linear(yhat, self.fc1.weight))
+        act = gelu(F.linear(yhat, self.fc1.weight))
         out = torch.addmm(x.reshape(rows, self.channels), act.reshape(rows, -1), w2.t())
         return out.view_as(x)
 

@@ -73,6 +73,7 @@ from reference.conv_norm_group import (
     _group_moments,
     _load_taps,
 )
+from reference.norm_grad import NormGradStats
 from reference.plans import Plan, device_info, interpreting, next_pow2, plan_for
 
 # Per-example offsets are int32 inside the kernels (the example base is int64).
@@ -515,6 +516,7 @@ def conv_norm_backward(
     dilation: int,
     plan: Plan | None = None,
     residual_grad: torch.Tensor | None = None,
+    c12: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the backward kernel and reduce the conv-tap gradient.
 
@@ -527,6 +529,9 @@ def conv_norm_backward(
         dilation: Tap spacing d ≥ 1.
         plan: Launch parameters; None picks `plan_for`'s.
         residual_grad: Optional (B, L, C) gradient added into dx inside the kernel.
+        c12: Optional (B, 2) fp32 c1 and c2 of every example, computed elsewhere
+            (`reference.norm_grad`): the chain kernel then makes one pass over x and dyhat,
+            with no statistics pass and no barrier. The loop kernels compute them anyway.
 
     Returns:
         (dx in x's dtype, dw of shape (C, 1, 3) in weight's dtype).
@@ -541,6 +546,9 @@ def conv_norm_backward(
         raise ValueError(
             f"residual_grad.shape={tuple(residual_grad.shape)} must equal x.shape={tuple(x.shape)}"
         )
+    if c12 is not None and (c12.shape != (x.shape[0], 2) or c12.dtype != torch.float32):
+        raise ValueError(f"c12 is {tuple(c12.shape)} {c12.dtype}; it must be "
+                         f"({x.shape[0]}, 2) float32")
     plan = _resolve_plan(plan, x, dilation)
     x = x.contiguous()
     dyhat = dyhat.contiguous()
@@ -555,8 +563,10 @@ def conv_norm_backward(
         sync, part = _workspace(batch, group, 2, x.device)
         _conv_norm_bwd_chain_kernel[(batch * group,)](
             x, weight, dyhat, res, mean, rstd, dx, dw_part, part, sync,
+            c12.contiguous() if c12 is not None else mean,
             length, channels, dilation, tiling["n_tiles"], tiling["n_pb"], group,
-            HAS_RES=residual_grad is not None, BLOCK_C=tiling["BLOCK_C"], P=tiling["P"],
+            HAS_RES=residual_grad is not None, GIVEN_C12=c12 is not None,
+            BLOCK_C=tiling["BLOCK_C"], P=tiling["P"],
             BLOCK_G=_block_g(group), EVEN_C=tiling["EVEN_C"], VEC=tiling["VEC"],
             num_warps=1, num_stages=plan.num_stages,
         )
@@ -626,7 +636,8 @@ class ConvNormSkipFunction(torch.autograd.Function):
     residual add, so the gradient that reaches x through the skip is added into dx inside the
     backward kernel (``residual_grad``). Without it autograd sums the two gradients of x in a
     separate elementwise pass that reads two tensors and writes one (3·N·e bytes, about as much
-    as the conv+norm backward's own traffic)."""
+    as the conv+norm backward's own traffic). With ``stats`` (`reference.norm_grad`), c1 and c2
+    left there by the MLP's GELU backward make the backward one pass (``c12``)."""
 
     @staticmethod
     def forward(
@@ -636,12 +647,14 @@ class ConvNormSkipFunction(torch.autograd.Function):
         dilation: int,
         eps: float,
         plan: Plan | None = None,
+        stats: NormGradStats | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         yhat, mean, rstd = conv_norm_forward(x, weight, dilation, eps, plan)
         if any(ctx.needs_input_grad[:2]):
             ctx.save_for_backward(x, weight, mean, rstd)
         ctx.dilation = dilation
         ctx.plan = plan
+        ctx.stats = stats
         # An unused output's gradient arrives as None, not as a tensor of zeros.
         ctx.set_materialize_grads(False)
         return yhat, x.view_as(x)
@@ -654,9 +667,13 @@ class ConvNormSkipFunction(torch.autograd.Function):
         x, weight, mean, rstd = ctx.saved_tensors
         if dyhat is None:  # yhat unused: dx is the skip's gradient alone, dw zero
             dyhat = torch.zeros_like(x)
+        c12 = None
+        if ctx.stats is not None:  # taken, so a stale pair is never reused: each backward of
+            # the graph runs the GELU's backward first, which leaves a fresh one
+            c12, ctx.stats.c12 = ctx.stats.c12, None
         dx, dw = conv_norm_backward(dyhat, x, weight, mean, rstd, ctx.dilation, ctx.plan,
-                                    residual_grad=dskip)
-        return dx, dw, None, None, None
+                                    residual_grad=dskip, c12=c12)
+        return dx, dw, None, None, None, None
 
 
 conv_norm = ConvNormFunction.apply

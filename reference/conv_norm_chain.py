@@ -207,9 +207,11 @@ def _dy_row(X_b, DYHAT_b, row, d, L, C, w0, w1, w2, mean, rstd, c1, c2, BLOCK_C:
 @triton.jit
 def _conv_norm_bwd_chain_kernel(
     X, W, DYHAT, RES, MEAN, RSTD, DX, DWPART, PART, SYNC,  # as _conv_norm_bwd_kernel's
+    C12,  # GIVEN_C12: (B, 2) fp32, c1 and c2 of every example
     L, C, d,
     n_tiles, n_pb, group,
     HAS_RES: tl.constexpr,
+    GIVEN_C12: tl.constexpr,  # c1, c2 computed elsewhere: one pass, no barrier
     BLOCK_C: tl.constexpr,
     P: tl.constexpr,
     BLOCK_G: tl.constexpr,
@@ -227,19 +229,23 @@ def _conv_norm_bwd_chain_kernel(
     w0, w1, w2 = _taps(W, C, BLOCK_C)
     c, c_ok, stride = _channels(C, BLOCK_C, EVEN_C, VEC)
 
-    # Accumulators per channel: a tile's P rows of a channel are one thread's, so summing them
-    # first is register-local, and it keeps 2·4 registers live instead of 2·4·P.
-    acc_1 = tl.zeros((BLOCK_C,), dtype=tl.float32)
-    acc_2 = tl.zeros((BLOCK_C,), dtype=tl.float32)
-    for t in range(member, n_tiles, group):
-        rows, r, i0 = _chain_rows(t, n_pb, d, P)
-        _, _, _, y = _conv_shifted(X_b, rows, r, i0, d, L, C, w0, w1, w2, BLOCK_C, P, EVEN_C,
-                                   VEC)
-        yhat = tl.where((rows < L)[None, :] & c_ok[:, None], (y - mean) * rstd, 0.0)
-        dyhat = _load_tile(DYHAT_b, rows, L, C, BLOCK_C, EVEN_C, VEC)
-        acc_1 += tl.sum(yhat * dyhat, axis=1)
-        acc_2 += tl.sum(dyhat, axis=1)
-    c1, c2 = _group_c1_c2(PART, SYNC, ticket, b, group, acc_1, acc_2, L, C, BLOCK_G)
+    if GIVEN_C12:
+        c1 = tl.load(C12 + b * 2)
+        c2 = tl.load(C12 + b * 2 + 1)
+    else:
+        # Accumulators per channel: a tile's P rows of a channel are one thread's, so summing
+        # them first is register-local, and it keeps 2·4 registers live instead of 2·4·P.
+        acc_1 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        acc_2 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        for t in range(member, n_tiles, group):
+            rows, r, i0 = _chain_rows(t, n_pb, d, P)
+            _, _, _, y = _conv_shifted(X_b, rows, r, i0, d, L, C, w0, w1, w2, BLOCK_C, P,
+                                       EVEN_C, VEC)
+            yhat = tl.where((rows < L)[None, :] & c_ok[:, None], (y - mean) * rstd, 0.0)
+            dyhat = _load_tile(DYHAT_b, rows, L, C, BLOCK_C, EVEN_C, VEC)
+            acc_1 += tl.sum(yhat * dyhat, axis=1)
+            acc_2 += tl.sum(dyhat, axis=1)
+        c1, c2 = _group_c1_c2(PART, SYNC, ticket, b, group, acc_1, acc_2, L, C, BLOCK_G)
 
     DX_b = DX + b * L * C
     RES_b = RES + b * L * C

@@ -96,7 +96,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     Spec keys: case (name), seed (public), optional dtype, batch, length, dilation (override
     the case's), optional plan, device (default "cpu"), optional plain (also report the frozen
     PyTorch block's utilisation on the same inputs, under ``plain_<check>`` keys), optional
-    split_mlp (the reference block's ``split_mlp``; absent: the device's default path).
+    split_mlp (the reference block's ``split_mlp``; absent: the device's default path),
+    optional norm_grad_from_mlp (the block's flag of that name).
     """
     import reference.conv_norm as cn
     from reference.block import DilatedResidualBlock
@@ -126,6 +127,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
             block.plan = plan
         if spec.get("split_mlp") is not None:
             block.split_mlp = spec["split_mlp"]
+        if spec.get("norm_grad_from_mlp") and cls is DilatedResidualBlock:
+            block.norm_grad_from_mlp = True
         x = inp.x.clone().requires_grad_()
         out = block(x)
         out.backward(inp.grad_out)
@@ -143,8 +146,8 @@ def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     """Zero fc weights: out == x and x.grad == grad_out bit for bit, other grads exactly 0.
 
     Spec keys: batch, length, channels, dilation, dtype, seed, device (default "cpu"), optional
-    split_mlp (absent: the device's default path). Returns 0.0 per check that holds exactly,
-    inf per check that does not.
+    split_mlp (absent: the device's default path), optional norm_grad_from_mlp. Returns 0.0 per
+    check that holds exactly, inf per check that does not.
     """
     from reference.block import DilatedResidualBlock
 
@@ -159,6 +162,7 @@ def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     state["fc2.weight"] = torch.zeros_like(state["fc2.weight"])
     block.load_state_dict(state)
     block.split_mlp = spec.get("split_mlp")
+    block.norm_grad_from_mlp = bool(spec.get("norm_grad_from_mlp"))
     x = inp.x.clone().requires_grad_()
     out = block(x)
     out.backward(inp.grad_out)
@@ -254,10 +258,46 @@ def skip_check(spec: dict[str, Any]) -> dict[str, float]:
             "fused": 0.0 if handed == [True, False] else math.inf}
 
 
+def norm_grad_sums_check(spec: dict[str, Any]) -> dict[str, float]:
+    """`reference.norm_grad.gelu_backward_sums` against fp64: dh, and c1, c2 against the means of
+    ŷ·dŷ and dŷ with dŷ = dh·W1 (the identity the module relies on).
+
+    Spec keys: batch, length, channels, hidden, dtype, seed, device (default "cpu"). Returns
+    ``dh``: the largest |error| over 8 unit roundoffs of the largest |dh|; ``c1``, ``c2``: the
+    |error| over 8 unit roundoffs of the mean |term| (|ŷ·dŷ|, |dŷ|); ≤ 0.5 is within 4.
+    """
+    from reference.norm_grad import gelu_backward_sums
+
+    device = spec.get("device", "cpu")
+    dtype = DTYPES[spec["dtype"]]
+    gen = torch.Generator().manual_seed(spec["seed"])
+    b, length, c, hidden = spec["batch"], spec["length"], spec["channels"], spec["hidden"]
+    yhat = torch.randn(b, length, c, generator=gen, dtype=torch.float64)
+    w1 = torch.randn(hidden, c, generator=gen, dtype=torch.float64) / math.sqrt(c)
+    dact = torch.randn(b, length, hidden, generator=gen, dtype=torch.float64)
+    yhat, w1, dact = (t.to(dtype) for t in (yhat, w1, dact))
+    h = yhat.double() @ w1.double().t()
+    dh, c12 = gelu_backward_sums(dact.to(device), h.to(dtype).to(device), w1.to(device), c)
+    hr = h.to(dtype).double()  # the h the kernel sees, as fc1 stores it
+    phi = 0.5 * (1 + torch.erf(hr / math.sqrt(2)))
+    dh_ref = dact.double() * (phi + hr * torch.exp(-hr * hr / 2) / math.sqrt(2 * math.pi))
+    dyhat = dh_ref @ w1.double()
+    c1 = (yhat.double() * dyhat).mean(dim=(1, 2))
+    c2 = dyhat.mean(dim=(1, 2))
+    u8 = 8 * UNIT_ROUNDOFF[spec["dtype"]]
+    got = c12.double().cpu()
+    return {
+        "dh": float((dh.double().cpu() - dh_ref).abs().max() / (u8 * dh_ref.abs().max())),
+        "c1": float((got[:, 0] - c1).abs().max() / (u8 * (yhat.double() * dyhat).abs().mean())),
+        "c2": float((got[:, 1] - c2).abs().max() / (u8 * dyhat.abs().mean())),
+    }
+
+
 def run(spec: dict[str, Any]) -> dict[str, float]:
     """Dispatch one spec by its ``kind``."""
     checks = {"kernel": kernel_check, "block": block_check, "identity": identity_check,
-              "residual": residual_check, "skip": skip_check}
+              "residual": residual_check, "skip": skip_check,
+              "norm_grad_sums": norm_grad_sums_check}
     if spec["kind"] not in checks:
         raise ValueError(f"spec kind={spec['kind']!r} is not one of {sorted(checks)}")
     return checks[spec["kind"]](spec)

@@ -169,6 +169,26 @@ def skip_specs() -> list[dict[str, Any]]:
             for extra in ({}, {"plan": LOOP_PLAN})]
 
 
+# scoring.yaml cases for the block with c1 and c2 from the MLP (`reference.norm_grad`): the offset
+# family, uneven and short examples, fp16 and the drift case; then the identity in three dtypes.
+NORM_GRAD_CASES = ["c16-l1024-offset", "c33-l96-d3-ramp", "c31-l64-d2-burst", "c12-l40-e1",
+                   "c7-l33-d2-f16", "c8-l17-d20", "drift-c9-l20-d3"]
+
+
+def norm_grad_specs() -> list[dict[str, Any]]:
+    specs = [{**spec, "norm_grad_from_mlp": True}
+             for case in NORM_GRAD_CASES for spec in block_specs(case)[:1]]
+    specs += [{"kind": "identity", "batch": 2, "length": 9, "channels": 5, "dilation": 2,
+               "dtype": dtype, "seed": 3, "norm_grad_from_mlp": True}
+              for dtype in ("float32", "bfloat16", "float16")]
+    # The GELU backward's kernel alone: rows not a multiple of its row block, hidden widths
+    # over several column blocks.
+    specs += [{"kind": "norm_grad_sums", "batch": 2, "length": 45, "channels": 6,
+               "hidden": hidden, "dtype": dtype, "seed": 50 + hidden}
+              for dtype in ("float32", "bfloat16", "float16") for hidden in (12, 130)]
+    return specs
+
+
 def all_groups() -> dict[str, list[dict[str, Any]]]:
     groups = {f"kernel-{d}-{c}": kernel_specs(d, c) for d, c in KERNEL_GRID}
     groups["offset"] = offset_specs()
@@ -180,6 +200,7 @@ def all_groups() -> dict[str, list[dict[str, Any]]]:
     groups["identity"] = identity_specs()
     groups["residual"] = residual_specs()
     groups["skip"] = skip_specs()
+    groups["norm-grad"] = norm_grad_specs()
     return groups
 
 
@@ -346,6 +367,19 @@ def test_block_fuses_the_residual_gradient(interpreted: dict) -> None:
     """The block hands the skip's gradient to the conv+norm backward kernel (no separate add):
     x.grad within two roundings of autograd's add, everything else bit for bit the same."""
     assert_within(skip_specs(), results_of(interpreted, "skip"))
+
+
+def test_block_with_norm_grad_from_mlp(interpreted: dict) -> None:
+    """c1 and c2 from the GELU's backward (`reference.norm_grad`), the conv+norm backward in one
+    pass: scoring.yaml cases within half of each budget, the identity bit for bit, and the
+    kernel's dh, c1 and c2 within 4 roundings of fp64."""
+    specs = norm_grad_specs()
+    results = results_of(interpreted, "norm-grad")
+    within = [(s, r) for s, r in zip(specs, results, strict=True) if s["kind"] != "identity"]
+    assert_within([s for s, _ in within], [r for _, r in within])
+    for spec, result in zip(specs, results, strict=True):
+        if spec["kind"] == "identity":
+            assert all(v == 0.0 for v in result.values()), (spec, result)
 
 
 # --- host-side checks (no kernel runs) ---------------------------------------------------------

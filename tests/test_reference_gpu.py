@@ -22,6 +22,7 @@ from reference_runner import (
     block_check,
     identity_check,
     kernel_check,
+    norm_grad_sums_check,
     residual_check,
     skip_check,
 )
@@ -163,6 +164,29 @@ def test_block_fuses_the_residual_gradient(dtype: str) -> None:
         spec = {"kind": "skip", "batch": batch, "length": length, "channels": 128,
                 "dilation": dilation, "dtype": dtype, "seed": _fresh_seed(), "device": "cuda"}
         assert_within(spec, skip_check(spec))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_block_with_norm_grad_from_mlp(dtype: str) -> None:
+    """c1 and c2 from the GELU's backward (`reference.norm_grad`), conv+norm backward in one
+    pass: scoring.yaml cases (the offset family in fp32 only, as scoring.yaml has it) and an
+    h200 production shape within half of each budget, the identity bit for bit."""
+    cases = ["c33-l96-d3-ramp", "c31-l64-d2-burst", "c8-l17-d20", "drift-c9-l20-d3"]
+    cases += ["c16-l1024-offset"] if dtype == "float32" else []
+    for case in cases:
+        spec = {"kind": "block", "case": case, "seed": _fresh_seed(), "dtype": dtype,
+                "device": "cuda", "norm_grad_from_mlp": True}
+        assert_within(spec, block_check(spec))
+    spec = {"kind": "block", "case": "c128-l4096-d16-b16", "seed": _fresh_seed(),
+            "dtype": dtype, "batch": 16, "length": 8192, "dilation": 64, "device": "cuda",
+            "norm_grad_from_mlp": True}
+    assert_within(spec, block_check(spec))
+    spec = {"batch": 3, "length": 4096, "channels": 128, "dilation": 16, "dtype": dtype,
+            "seed": _fresh_seed(), "device": "cuda", "norm_grad_from_mlp": True}
+    assert all(v == 0.0 for v in identity_check(spec).values()), spec
+    spec = {"kind": "norm_grad_sums", "batch": 4, "length": 8192, "channels": 128,
+            "hidden": 256, "dtype": dtype, "seed": _fresh_seed(), "device": "cuda"}
+    assert_within(spec, norm_grad_sums_check(spec))
 
 
 def test_backward_residual_grad() -> None:
