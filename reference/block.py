@@ -85,7 +85,8 @@ class DilatedResidualBlock(nn.Module):
         # by autograd in a pass of its own (False; benchmarks).
         self.fuse_residual = True
         # The normalization gradient's c1 and c2 from the GELU's backward, so the conv+norm
-        # backward makes one pass (`reference.norm_grad`; needs fuse_residual). Off until timed.
+        # backward makes one pass (`reference.norm_grad`; needs fuse_residual). Off: on an H200
+        # the GELU kernel costs what the one-pass backward saves (`reference/norm_grad.py`).
         self.norm_grad_from_mlp = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
