@@ -203,8 +203,7 @@ def residual_check(spec: dict[str, Any]) -> dict[str, float]:
             else math.inf}
 
 
-# Unit roundoff of each dtype: the fused residual gradient differs from autograd's separate add
-# by at most one rounding of dx.
+# Unit roundoff of each dtype: the checks below count their errors in roundings of the dtype.
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 
 
@@ -216,9 +215,9 @@ def skip_check(spec: dict[str, Any]) -> dict[str, float]:
     "cpu"). Returns ``grad_x``: the largest |difference| of x.grad over 8 unit roundoffs of the
     largest |x.grad| (≤ 0.5: within 4, as the separate add rounds dx and then the sum, where the
     kernel rounds the sum once; each rounding is at most one unit roundoff of a value about as
-    large as the largest gradient); ``rest_equal``: 0.0 if the output and every weight gradient are bit for bit the same,
-    else inf; ``fused``: 0.0 if the fused step handed the skip's gradient to the backward kernel
-    (``residual_grad``) and the unfused one did not, else inf.
+    large as the largest gradient); ``rest_equal``: 0.0 if the output and every weight gradient
+    are bit for bit the same, else inf; ``fused``: 0.0 if the fused step handed the skip's
+    gradient to the backward kernel (``residual_grad``) and the unfused one did not, else inf.
     """
     import reference.conv_norm as cn
     from reference.block import DilatedResidualBlock
