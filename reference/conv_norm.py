@@ -602,6 +602,18 @@ def _reduce_dw(dw_part: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------
 
 
+def _forward_saving(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor,
+                    weight: torch.Tensor, dilation: int, eps: float,
+                    plan: Plan | None) -> torch.Tensor:
+    """`conv_norm_forward`'s yhat, with what both Functions' backwards need kept on ctx."""
+    yhat, mean, rstd = conv_norm_forward(x, weight, dilation, eps, plan)
+    if any(ctx.needs_input_grad[:2]):
+        ctx.save_for_backward(x, weight, mean, rstd)
+    ctx.dilation = dilation
+    ctx.plan = plan
+    return yhat
+
+
 class ConvNormFunction(torch.autograd.Function):
     """yhat = norm(conv(x, weight)) with the Triton kernels above in both directions."""
 
@@ -614,12 +626,7 @@ class ConvNormFunction(torch.autograd.Function):
         eps: float,
         plan: Plan | None = None,
     ) -> torch.Tensor:
-        yhat, mean, rstd = conv_norm_forward(x, weight, dilation, eps, plan)
-        if any(ctx.needs_input_grad[:2]):
-            ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.dilation = dilation
-        ctx.plan = plan
-        return yhat
+        return _forward_saving(ctx, x, weight, dilation, eps, plan)
 
     @staticmethod
     def backward(
@@ -649,11 +656,7 @@ class ConvNormSkipFunction(torch.autograd.Function):
         plan: Plan | None = None,
         stats: NormGradStats | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        yhat, mean, rstd = conv_norm_forward(x, weight, dilation, eps, plan)
-        if any(ctx.needs_input_grad[:2]):
-            ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.dilation = dilation
-        ctx.plan = plan
+        yhat = _forward_saving(ctx, x, weight, dilation, eps, plan)
         ctx.stats = stats
         # An unused output's gradient arrives as None, not as a tensor of zeros.
         ctx.set_materialize_grads(False)
