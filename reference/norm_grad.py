@@ -23,7 +23,8 @@ instead of 0.74-0.76 in bf16 (110-115% of copy by the bytes model's 4·N·e; it 
 kernel costs more than PyTorch's GELU backward it replaces (bf16 1.17 against 0.92 ms, fp32 0.45
 against 0.37 at its best tiles), so the step gains about nothing: with 32-row tiles it was 3%
 (fp32) and 6-7% (bf16) slower. The block keeps it off (`DilatedResidualBlock.norm_grad_from_mlp`)
-until this kernel runs at PyTorch's speed.
+until this kernel runs at PyTorch's speed; in bf16 it is bound by instructions issued (60 an
+element for sm_90, mostly the erf's polynomial; `norm-grad/gelu_backward_sass.py` there).
 
 Numerics: h and dh are the tensors fc1's products see (rounded to the dtype; the sums use dh as
 stored), so c1 and c2 differ from sums over ŷ·dŷ by the products' rounding, a relative
