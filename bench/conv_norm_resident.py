@@ -37,7 +37,6 @@ difference over the largest value, mean/rstd and dw by the same relative measure
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +48,12 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.conv_norm_plans import rel_diff, time_against_copy  # noqa: E402
+from bench.conv_norm_plans import (  # noqa: E402
+    gpu_flush,
+    rel_diff,
+    time_against_copy,
+    write_results,
+)
 from bench.step_limit import LimitShape, select_shapes  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from reference.conv_norm import (  # noqa: E402
@@ -67,11 +71,10 @@ from reference.conv_norm import (  # noqa: E402
     conv_norm_backward,
     conv_norm_forward,
 )
+from reference.conv_norm_group import _take_ticket  # noqa: E402
 from reference.plans import device_info, plan_for  # noqa: E402
 from reference.tuning.timing import (  # noqa: E402
-    HIDE_LAUNCH_FLUSH_BYTES,
     conv_norm_inputs,
-    make_l2_flush,
 )
 from task.inputs import DTYPES  # noqa: E402
 
@@ -103,9 +106,7 @@ def _conv_norm_fwd_resident_kernel(
     EVEN_C: tl.constexpr,
 ):
     """conv → per-example mean/rstd → yhat; one tile per program, y kept in registers."""
-    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
-    b = ticket // group
-    t = (ticket % group).to(tl.int32)
+    ticket, b, t = _take_ticket(SYNC, group)
     X_b = X + b * L * C
     shift = _example_shift(X_b, W, L, C, d, BLOCK_C)
 
@@ -167,9 +168,7 @@ def _conv_norm_bwd_resident_kernel(
     EVEN_C: tl.constexpr,
 ):
     """dx and dw partials from conv^T(dyhat), conv^T(yhat) and per-channel sums (see top)."""
-    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
-    b = ticket // group
-    t = (ticket % group).to(tl.int32)
+    ticket, b, t = _take_ticket(SYNC, group)
     X_b = X + b * L * C
     DYHAT_b = DYHAT + b * L * C
     mean = tl.load(MEAN + b)
@@ -349,16 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=16)
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("bench/conv_norm_resident.py times GPU kernels: it needs a CUDA GPU")
+    flush = gpu_flush("bench/conv_norm_resident.py")
     shapes = select_shapes(args.profile, args.shapes)
-    flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
     results = [_measure(s, _configs(args.fwd), _configs(args.bwd), args.rounds, flush)
                for s in shapes]
-    if args.out is not None:
-        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
-                                        "torch": torch.__version__, "rounds": args.rounds,
-                                        "results": results}, indent=1) + "\n")
+    write_results(args.out, args.rounds, results)
     return 0
 
 

@@ -72,6 +72,7 @@ from reference.conv_norm_group import (
     _group_c1_c2,
     _group_moments,
     _load_taps,
+    _take_ticket,
 )
 from reference.norm_grad import NormGradStats
 from reference.plans import Plan, device_info, interpreting, next_pow2, plan_for
@@ -191,9 +192,7 @@ def _conv_norm_fwd_kernel(
 ):
     """conv → per-example mean/rstd → yhat, one group of programs per example."""
     # Tickets, not program ids, so a group's members start in order (see module docstring).
-    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
-    b = ticket // group
-    member = (ticket % group).to(tl.int32)
+    ticket, b, member = _take_ticket(SYNC, group)
     X_b = X + b * L * C
     shift = _example_shift(X_b, W, L, C, d, BLOCK_C)
 
@@ -280,9 +279,7 @@ def _conv_norm_bwd_kernel(
 ):
     """c1, c2 per example → dy → dx and per-program dw partials, one group per example."""
     # Tickets, not program ids, so a group's members start in order (see module docstring).
-    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
-    b = ticket // group
-    member = (ticket % group).to(tl.int32)
+    ticket, b, member = _take_ticket(SYNC, group)
     X_b = X + b * L * C
     DYHAT_b = DYHAT + b * L * C
     mean = tl.load(MEAN + b)

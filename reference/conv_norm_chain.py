@@ -41,6 +41,7 @@ from reference.conv_norm_group import (
     _example_shift,
     _group_c1_c2,
     _group_moments,
+    _take_ticket,
 )
 from reference.plans import MAX_CHAIN_CHANNELS, next_pow2
 
@@ -154,9 +155,7 @@ def _conv_norm_fwd_chain_kernel(
     VEC: tl.constexpr,  # channels a thread: min(4, BLOCK_C)
 ):
     """conv → per-example mean/rstd → yhat; one warp a program, shifts in registers."""
-    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
-    b = ticket // group
-    member = (ticket % group).to(tl.int32)
+    ticket, b, member = _take_ticket(SYNC, group)
     X_b = X + b * L * C
     shift = _example_shift(X_b, W, L, C, d, BLOCK_C)
     w0, w1, w2 = _taps(W, C, BLOCK_C)
@@ -219,9 +218,7 @@ def _conv_norm_bwd_chain_kernel(
     VEC: tl.constexpr,
 ):
     """c1, c2 per example → dy once per row → dx from register-shifted dy, dw partials."""
-    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
-    b = ticket // group
-    member = (ticket % group).to(tl.int32)
+    ticket, b, member = _take_ticket(SYNC, group)
     X_b = X + b * L * C
     DYHAT_b = DYHAT + b * L * C
     mean = tl.load(MEAN + b)

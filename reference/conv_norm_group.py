@@ -42,6 +42,16 @@ def _example_shift(X_b, W, L, C, d, BLOCK_C: tl.constexpr):
 
 
 @triton.jit
+def _take_ticket(SYNC, group):
+    """This program's ticket from the launch's counter, its example b and its member index.
+
+    Tickets are handed out in the order programs start, so every member of a group with an
+    earlier ticket is already resident: what makes `_group_barrier` deadlock-free."""
+    ticket = tl.atomic_add(SYNC, 1).to(tl.int64)
+    return ticket, ticket // group, (ticket % group).to(tl.int32)
+
+
+@triton.jit
 def _group_barrier(ARRIVE, group):
     """Count this program in and spin until all ``group`` programs of the example arrived.
 
