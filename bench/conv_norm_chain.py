@@ -20,7 +20,6 @@ against the h200 table's loop plans) is `bench/results/conv-norm-v5-h200-2026-12
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,15 +29,18 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.conv_norm_plans import rel_diff, time_against_copy  # noqa: E402
+from bench.conv_norm_plans import (  # noqa: E402
+    gpu_flush,
+    rel_diff,
+    time_against_copy,
+    write_results,
+)
 from bench.step_limit import LimitShape, select_shapes  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from reference.conv_norm import conv_norm_backward, conv_norm_forward  # noqa: E402
 from reference.plans import Plan, plan_for  # noqa: E402
 from reference.tuning.timing import (  # noqa: E402
-    HIDE_LAUNCH_FLUSH_BYTES,
     conv_norm_inputs,
-    make_l2_flush,
 )
 from task.inputs import DTYPES  # noqa: E402
 
@@ -120,18 +122,13 @@ def main(argv: list[str] | None = None) -> int:
                    "reference/norm_grad.py)")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("bench/conv_norm_chain.py times GPU kernels: it needs a CUDA GPU")
+    flush = gpu_flush("bench/conv_norm_chain.py")
     shapes = select_shapes(args.profile, args.shapes)
-    flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
     rows_list = [int(r) for r in args.rows.split(",") if r]
     groups = [int(n) for n in args.groups.split(",") if n]
     results = [_measure(s, rows_list, groups, args.rounds, flush, args.given_c12)
                for s in shapes]
-    if args.out is not None:
-        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
-                                        "torch": torch.__version__, "rounds": args.rounds,
-                                        "results": results}, indent=1) + "\n")
+    write_results(args.out, args.rounds, results)
     return 0
 
 

@@ -13,7 +13,6 @@ arithmetic). The launchers are not changed: the kernels are wrapped for the run.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,13 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import reference.conv_norm as conv_norm  # noqa: E402
+from bench.conv_norm_plans import gpu_flush, write_results  # noqa: E402
 from bench.step_limit import LimitShape, select_shapes  # noqa: E402
 from grader.config import load_config  # noqa: E402
 from reference.plans import plan_for  # noqa: E402
 from reference.tuning.timing import (  # noqa: E402
-    HIDE_LAUNCH_FLUSH_BYTES,
     conv_norm_inputs,
-    make_l2_flush,
     quantiles,
     time_interleaved,
 )
@@ -97,22 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("bench/conv_norm_maxnreg.py times GPU kernels: it needs a CUDA GPU")
+    # The flush outlasts the host's launch, so the samples are device time alone, as in
+    # bench/reference.py's kernel table.
+    flush = gpu_flush("bench/conv_norm_maxnreg.py")
     shapes = select_shapes(args.profile, args.shapes)
     caps: list[int | None] = [None, *(int(c) for c in args.caps.split(","))]
     wrapped = {name: _Capped(getattr(conv_norm, name)) for name in KERNELS}
     for name, kernel in wrapped.items():
         setattr(conv_norm, name, kernel)
-    # 1 GiB: the flush outlasts the host's launch, so the samples are device time alone, as in
-    # bench/reference.py's kernel table.
-    flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
     results = [row for shape in shapes
                for row in _measure(shape, caps, wrapped, args.rounds, flush)]
-    if args.out is not None:
-        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
-                                        "torch": torch.__version__, "rounds": args.rounds,
-                                        "results": results}, indent=1) + "\n")
+    write_results(args.out, args.rounds, results)
     return 0
 
 

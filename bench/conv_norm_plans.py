@@ -50,6 +50,28 @@ def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
+def gpu_flush(script: str) -> Callable[[], None]:
+    """The L2 flush the conv+norm timing scripts run before every sample (large enough to hide
+    the host's launch, so samples are device time alone).
+
+    Raises:
+        SystemExit: Without a CUDA GPU, naming the script.
+    """
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script} times GPU kernels: it needs a CUDA GPU")
+    return make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
+
+
+def write_results(path: Path | None, rounds: int, results: list[object],
+                  **extra: object) -> None:
+    """The timing scripts' JSON: GPU, torch, rounds, ``extra`` fields, then the results; nothing
+    without a path."""
+    if path is not None:
+        path.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
+                                    "torch": torch.__version__, "rounds": rounds, **extra,
+                                    "results": results}, indent=1) + "\n")
+
+
 def time_against_copy(fns: dict[str, Callable[[], object]], n_bytes: int, rounds: int,
                       flush: Callable[[], None]) -> tuple[dict[str, float], float,
                                                           dict[str, float]]:
@@ -137,15 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
     variants = parse_variants(args.vary)
-    if not torch.cuda.is_available():
-        raise SystemExit("bench/conv_norm_plans.py times GPU kernels: it needs a CUDA GPU")
+    flush = gpu_flush("bench/conv_norm_plans.py")
     shapes = select_shapes(args.profile, args.shapes)
-    flush = make_l2_flush(torch.device("cuda"), HIDE_LAUNCH_FLUSH_BYTES)
     results = [measure(s, variants, args.rounds, flush) for s in shapes]
-    if args.out is not None:
-        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(),
-                                        "torch": torch.__version__, "rounds": args.rounds,
-                                        "vary": args.vary, "results": results}, indent=1) + "\n")
+    write_results(args.out, args.rounds, results, vary=args.vary)
     return 0
 
 
