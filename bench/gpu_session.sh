@@ -56,6 +56,9 @@
 #                                           #   then bench/reference.py on every h200 shape
 #   bash bench/gpu_session.sh conv-norm-chain # ~9 min: the chain kernels' tiles and groups
 #                                           #   (bench/conv_norm_chain.py), then the tuner
+#   bash bench/gpu_session.sh norm-grad     # ~3 min: norm_grad's GELU backward tiles against
+#                                           #   PyTorch's, its GPU tests, then whole steps with
+#                                           #   and without it (norm_grad_from_mlp)
 #   bash bench/gpu_session.sh published     # ~3 min: g of the reference as submission, 3 timing
 #                                           #   phases (grader/published_speedups.json)
 #   bash bench/gpu_session.sh held-ab       # ~6 min: the hold-page corpus entries, a sequential
@@ -73,7 +76,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh grade-fast|grades|ab|reference-record|tune-mlp|conv-norm-ncu|conv-norm-maxnreg|conv-norm-taps|reference-all|conv-norm-chain|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh norm-grad|grade-fast|grades|ab|reference-record|tune-mlp|conv-norm-ncu|conv-norm-maxnreg|conv-norm-taps|reference-all|conv-norm-chain|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -193,6 +196,23 @@ print(d['status'], d['score'], 'wall', d['wall_s'], {k: v for k, v in d['phases_
 }
 
 case "$phase" in
+norm-grad)
+    # Issue 17: the normalization's c1 and c2 from the GELU's backward (reference/norm_grad.py):
+    # its kernel's tiles against PyTorch's gelu_backward, its GPU tests, then whole steps of
+    # every h200 shape with and without it, interleaved.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 150 python3 bench/gelu_backward.py --out "$OUT/gelu_backward.json" \
+        > "$OUT/gelu_backward.log" 2>&1
+    echo "gelu backward tiles: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT/gelu_backward.log" >> "$OUT/summary.txt"
+    suite norm-grad-gpu 150 -rA -m gpu tests/test_reference_gpu.py \
+        -k "norm_grad or norm_backward or fuses_the_residual" | tee -a "$OUT/summary.txt"
+    timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 bench/step_limit.py --profile h200 \
+        --time --variants reference,reference_two_pass_norm --rounds "${ROUNDS:-12}" \
+        --out-dir "$OUT" --tag norm-grad > "$OUT/step-norm-grad.log" 2>&1
+    echo "step limit: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cat "$OUT"/step-limit-*.md 2>/dev/null | tee -a "$OUT/summary.txt"
+    ;;
 reference)
     versions > "$OUT/summary.txt" 2>&1
     suite reference-gpu 540 tests/test_reference_gpu.py | tee -a "$OUT/summary.txt"

@@ -28,9 +28,9 @@ MLP of `reference/mlp.py`, built here so it can be timed before the block is wir
 `reference.split_linear`, fp32 products as three bf16 ones), ``reference_cublas_mlp`` (with
 ``split_mlp`` False: both linears through cuBLAS), ``reference_unfused_residual`` (the
 reference block with ``fuse_residual`` False: autograd adds the residual's gradient to dx in a
-pass of its own instead of the conv+norm backward kernel), ``reference_norm_grad_from_mlp``
-(``norm_grad_from_mlp`` True: the normalization gradient's c1 and c2 from the GELU's
-backward, the conv+norm backward in one pass; `reference/norm_grad.py`),
+pass of its own instead of the conv+norm backward kernel), ``reference_two_pass_norm``
+(``norm_grad_from_mlp`` False: the normalization gradient's c1 and c2 from the conv+norm
+backward's own first pass instead of the GELU's backward, `reference/norm_grad.py`),
 ``compile`` (torch.compile of the frozen block, default mode) and ``compile_max_autotune``
 (mode ``max-autotune-no-cudagraphs``). Interleaved rounds in carry-over-balanced orders, the L2
 flushed before every sample, CUDA events, host overhead included (as the grader times a step);
@@ -80,7 +80,7 @@ MATMUL_N = 8192
 RATE_REPS = 20
 VARIANTS = ("eager", "reference", "reference_fused_mlp", "reference_resident_mlp",
             "reference_bf16x3_mlp", "reference_split_mlp", "reference_cublas_mlp",
-            "reference_unfused_residual", "reference_norm_grad_from_mlp", "compile",
+            "reference_unfused_residual", "reference_two_pass_norm", "compile",
             "compile_max_autotune")
 DEFAULT_VARIANTS = ("eager", "reference", "compile", "compile_max_autotune")
 COMPILE_MODES = {"compile": None, "compile_max_autotune": "max-autotune-no-cudagraphs"}
@@ -370,8 +370,8 @@ def time_steps(shape: LimitShape, variants: Sequence[str], channels: int, rounds
         elif name == "reference_unfused_residual":
             blocks[name].fuse_residual = False
             forwards[name] = blocks[name]
-        elif name == "reference_norm_grad_from_mlp":
-            blocks[name].norm_grad_from_mlp = True
+        elif name == "reference_two_pass_norm":
+            blocks[name].norm_grad_from_mlp = False
             forwards[name] = blocks[name]
         elif name in COMPILE_MODES:
             forwards[name] = torch.compile(blocks[name], mode=COMPILE_MODES[name])

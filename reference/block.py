@@ -11,6 +11,15 @@ beside ŷ, the residual add uses that view, and the gradient reaching x through 
 dx inside the backward kernel instead of in a separate elementwise pass of autograd's
 (``fuse_residual`` False restores that pass, for benchmarks).
 
+The normalization gradient's two per-example means come from the GELU's backward
+(`reference.norm_grad`: mean(ŷ·dŷ) = mean(h·dh), mean(dŷ) = mean(dh·rowsum W1)), so the conv+norm
+backward reads x and dŷ once instead of twice. Its GELU backward kernel is 10% faster than
+PyTorch's gelu_backward in bf16 and 7% slower in fp32, and steps were 1.6-3.5% faster with it on
+an H200 (bench/results/norm-grad-v2-h200-2026-12-04); ``norm_grad_from_mlp`` False restores the
+two-pass backward. Examples of fewer than ``norm_grad_min_elements`` (L·C) values keep it too:
+c1 and c2 from the MLP do not see the rounding of the dŷ they are subtracted from, an error
+that averages out over a long example but not over a few values (`reference.norm_grad`).
+
 The residual add is folded into the second linear: ``out = x + s·(act·W2ᵀ) = addmm(x, act,
 (s·W2)ᵀ)``. That is one cuBLAS call instead of a matmul, a scale and an add (the scale lands on
 the small weight, not on the activation), and with zero weights it returns x bit for bit.
@@ -31,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference.conv_norm import conv_norm, conv_norm_skip
-from reference.norm_grad import NormGradStats, gelu_norm_grad
+from reference.norm_grad import MIN_EXAMPLE_ELEMENTS, NormGradStats, gelu_norm_grad
 from reference.plans import Plan, mlp_path_for
 from reference.split_linear import split_linear
 
@@ -85,9 +94,9 @@ class DilatedResidualBlock(nn.Module):
         # by autograd in a pass of its own (False; benchmarks).
         self.fuse_residual = True
         # The normalization gradient's c1 and c2 from the GELU's backward, so the conv+norm
-        # backward makes one pass (`reference.norm_grad`; needs fuse_residual). Off: on an H200
-        # the GELU kernel costs what the one-pass backward saves (`reference/norm_grad.py`).
-        self.norm_grad_from_mlp = False
+        # backward makes one pass (`reference.norm_grad`; needs fuse_residual; module docstring).
+        self.norm_grad_from_mlp = True
+        self.norm_grad_min_elements = MIN_EXAMPLE_ELEMENTS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the block.
@@ -105,7 +114,9 @@ class DilatedResidualBlock(nn.Module):
             raise ValueError(
                 f"x.shape={tuple(x.shape)} must be (batch, length, channels={self.channels})"
             )
-        stats = NormGradStats() if self.fuse_residual and self.norm_grad_from_mlp else None
+        one_pass = (self.fuse_residual and self.norm_grad_from_mlp
+                    and x.shape[1] * x.shape[2] >= self.norm_grad_min_elements)
+        stats = NormGradStats() if one_pass else None
         if self.fuse_residual:
             yhat, x = conv_norm_skip(x, self.conv.weight, self.dilation, self.eps, self.plan,
                                      stats)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +99,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     the case's), optional plan, device (default "cpu"), optional plain (also report the frozen
     PyTorch block's utilisation on the same inputs, under ``plain_<check>`` keys), optional
     split_mlp (the reference block's ``split_mlp``; absent: the device's default path),
-    optional norm_grad_from_mlp (the block's flag of that name).
+    optional norm_grad_from_mlp and norm_grad_min_elements (the block's attributes of those
+    names; absent: its defaults).
     """
     import reference.conv_norm as cn
     from reference.block import DilatedResidualBlock
@@ -127,8 +130,8 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
             block.plan = plan
         if spec.get("split_mlp") is not None:
             block.split_mlp = spec["split_mlp"]
-        if spec.get("norm_grad_from_mlp") and cls is DilatedResidualBlock:
-            block.norm_grad_from_mlp = True
+        if cls is DilatedResidualBlock:
+            _set_norm_grad(block, spec)
         x = inp.x.clone().requires_grad_()
         out = block(x)
         out.backward(inp.grad_out)
@@ -142,12 +145,21 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     return result
 
 
+def _set_norm_grad(block: Any, spec: dict[str, Any]) -> None:
+    """The spec's choice of the block's normalization backward (`reference.norm_grad`), where
+    it makes one."""
+    for key in ("norm_grad_from_mlp", "norm_grad_min_elements"):
+        if spec.get(key) is not None:
+            setattr(block, key, spec[key])
+
+
 def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     """Zero fc weights: out == x and x.grad == grad_out bit for bit, other grads exactly 0.
 
     Spec keys: batch, length, channels, dilation, dtype, seed, device (default "cpu"), optional
-    split_mlp (absent: the device's default path), optional norm_grad_from_mlp. Returns 0.0 per
-    check that holds exactly, inf per check that does not.
+    split_mlp (absent: the device's default path), optional norm_grad_from_mlp and
+    norm_grad_min_elements (absent: the block's defaults). Returns 0.0 per check that holds
+    exactly, inf per check that does not.
     """
     from reference.block import DilatedResidualBlock
 
@@ -162,7 +174,7 @@ def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     state["fc2.weight"] = torch.zeros_like(state["fc2.weight"])
     block.load_state_dict(state)
     block.split_mlp = spec.get("split_mlp")
-    block.norm_grad_from_mlp = bool(spec.get("norm_grad_from_mlp"))
+    _set_norm_grad(block, spec)
     x = inp.x.clone().requires_grad_()
     out = block(x)
     out.backward(inp.grad_out)
@@ -207,6 +219,26 @@ def residual_check(spec: dict[str, Any]) -> dict[str, float]:
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 
 
+@contextmanager
+def _recording_backward(keyword: str) -> Iterator[list[bool]]:
+    """`reference.conv_norm.conv_norm_backward`, as the block's Functions call it, replaced by
+    one that records for every call whether ``keyword`` (``residual_grad``, ``c12``) was given."""
+    import reference.conv_norm as cn
+
+    backward = cn.conv_norm_backward
+    given: list[bool] = []
+
+    def recording_backward(*args: Any, **kwargs: Any) -> Any:
+        given.append(kwargs.get(keyword) is not None)
+        return backward(*args, **kwargs)
+
+    cn.conv_norm_backward = recording_backward
+    try:
+        yield given
+    finally:
+        cn.conv_norm_backward = backward
+
+
 def skip_check(spec: dict[str, Any]) -> dict[str, float]:
     """The block's residual gradient fused into the conv+norm backward (``fuse_residual``, the
     default) against autograd's separate add (False), one training step each on the same inputs.
@@ -227,28 +259,21 @@ def skip_check(spec: dict[str, Any]) -> dict[str, float]:
     inp = make_inputs(batch=spec["batch"], length=spec["length"], channels=spec["channels"],
                       expansion=2, family="normal", dtype=spec["dtype"],
                       seed=derive_seed(spec["seed"]), device=device)
-    backward = cn.conv_norm_backward
-    handed: list[bool] = []
-
-    def recording_backward(*args: Any, residual_grad: Any = None, **kwargs: Any) -> Any:
-        handed.append(residual_grad is not None)
-        return backward(*args, residual_grad=residual_grad, **kwargs)
-
     steps = []
-    cn.conv_norm_backward = recording_backward
-    try:
+    with _recording_backward("residual_grad") as handed:
         for fuse in (True, False):
             block = DilatedResidualBlock(spec["channels"], spec["dilation"]).to(
                 device=device, dtype=DTYPES[spec["dtype"]])
             block.load_state_dict(inp.state_dict())
             block.plan = _plan(spec)
             block.fuse_residual = fuse
+            # Both steps' c1 and c2 from the two-pass backward, so that the fused residual is
+            # the only difference (without fuse_residual there are no c1, c2 from the MLP).
+            block.norm_grad_from_mlp = False
             x = inp.x.clone().requires_grad_()
             out = block(x)
             out.backward(inp.grad_out)
             steps.append((x.grad, out, *(p.grad for p in block.parameters())))
-    finally:
-        cn.conv_norm_backward = backward
     (gx_fused, *rest_fused), (gx_plain, *rest_plain) = steps
     scale = 8 * UNIT_ROUNDOFF[spec["dtype"]] * float(gx_plain.abs().max())
     err = float((gx_fused.double() - gx_plain.double()).abs().max())
@@ -261,8 +286,9 @@ def norm_grad_sums_check(spec: dict[str, Any]) -> dict[str, float]:
     """`reference.norm_grad.gelu_backward_sums` against fp64: dh, and c1, c2 against the means of
     ŷ·dŷ and dŷ with dŷ = dh·W1 (the identity the module relies on).
 
-    Spec keys: batch, length, channels, hidden, dtype, seed, device (default "cpu"). Returns
-    ``dh``: the largest |error| over 8 unit roundoffs of the largest |dh|; ``c1``, ``c2``: the
+    Spec keys: batch, length, channels, hidden, dtype, seed, device (default "cpu"), h_scale
+    (default 1: h of unit size; larger reaches the GELU's tails, where e^(−h²/2) underflows).
+    Returns ``dh``: the largest |error| over 8 unit roundoffs of the largest |dh|; ``c1``, ``c2``: the
     |error| over 8 unit roundoffs of the mean |term| (|ŷ·dŷ|, |dŷ|); ≤ 0.5 is within 4.
     """
     from reference.norm_grad import gelu_backward_sums
@@ -273,6 +299,7 @@ def norm_grad_sums_check(spec: dict[str, Any]) -> dict[str, float]:
     b, length, c, hidden = spec["batch"], spec["length"], spec["channels"], spec["hidden"]
     yhat = torch.randn(b, length, c, generator=gen, dtype=torch.float64)
     w1 = torch.randn(hidden, c, generator=gen, dtype=torch.float64) / math.sqrt(c)
+    w1 = w1 * spec.get("h_scale", 1.0)
     dact = torch.randn(b, length, hidden, generator=gen, dtype=torch.float64)
     yhat, w1, dact = (t.to(dtype) for t in (yhat, w1, dact))
     h = yhat.double() @ w1.double().t()
@@ -292,11 +319,37 @@ def norm_grad_sums_check(spec: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def norm_way_check(spec: dict[str, Any]) -> dict[str, float]:
+    """The default block's choice of normalization backward by example size: c1 and c2 from the
+    MLP (the backward kernel given ``c12``) for examples of at least
+    `reference.norm_grad.MIN_EXAMPLE_ELEMENTS` values, its own first pass below.
+
+    Spec keys: batch, length, channels, dilation, dtype, seed, device (default "cpu"). Returns
+    ``as_sized``: 0.0 if the backward was given c12 exactly when length·channels reaches the
+    floor, else inf.
+    """
+    from reference.block import DilatedResidualBlock
+    from reference.norm_grad import MIN_EXAMPLE_ELEMENTS
+
+    device = spec.get("device", "cpu")
+    inp = make_inputs(batch=spec["batch"], length=spec["length"], channels=spec["channels"],
+                      expansion=2, family="normal", dtype=spec["dtype"],
+                      seed=derive_seed(spec["seed"]), device=device)
+    with _recording_backward("c12") as given:
+        block = DilatedResidualBlock(spec["channels"], spec["dilation"]).to(
+            device=device, dtype=DTYPES[spec["dtype"]])
+        block.load_state_dict(inp.state_dict())
+        x = inp.x.clone().requires_grad_()
+        block(x).backward(inp.grad_out)
+    expected = spec["length"] * spec["channels"] >= MIN_EXAMPLE_ELEMENTS
+    return {"as_sized": 0.0 if given == [expected] else math.inf}
+
+
 def run(spec: dict[str, Any]) -> dict[str, float]:
     """Dispatch one spec by its ``kind``."""
     checks = {"kernel": kernel_check, "block": block_check, "identity": identity_check,
               "residual": residual_check, "skip": skip_check,
-              "norm_grad_sums": norm_grad_sums_check}
+              "norm_grad_sums": norm_grad_sums_check, "norm_way": norm_way_check}
     if spec["kind"] not in checks:
         raise ValueError(f"spec kind={spec['kind']!r} is not one of {sorted(checks)}")
     return checks[spec["kind"]](spec)

@@ -377,6 +377,60 @@ def test_child_census_blind_spot_threads_and_no_threads_of_its_own(
     assert after == before, "the census's restarts must not start threads after start()"
 
 
+_REFERENCE_CHILD = textwrap.dedent('''
+    import json, sys
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    from grader.census import BlockDims, CensusLedger, judge_message
+    from grader.child.census import Census
+    from reference.block import DilatedResidualBlock
+
+    device = torch.device(sys.argv[2])
+    gpu = device.type == "cuda"
+    census = Census(device)
+    census.start()
+    out = {}
+    # 4096 values an example (c1, c2 from the MLP), 136 (the two-pass backward), and W1
+    # (8192 values) larger than the activation (4096).
+    for batch, length, channels in ((2, 512, 8), (2, 17, 8), (1, 64, 64)):
+        dims = BlockDims(batch, length, channels, 2)
+        ledger = CensusLedger()
+        torch.manual_seed(0)
+        block = DilatedResidualBlock(channels, dilation=3).to(device)
+        x = torch.randn(batch, length, channels, device=device, requires_grad=True)
+        res = {}
+        for label, fn in ((f"forward:l{length}", lambda: res.update(out=block(x))),
+                          (f"backward:l{length}",
+                           lambda: res["out"].backward(torch.randn_like(res["out"])))):
+            mark = census.mark(label)
+            found = judge_message({"label": label, "commit": mark.commit}, dims, ledger, gpu=gpu)
+            with mark:
+                fn()
+            for summary in census.collect():
+                found += judge_message({"summary": json.loads(json.dumps(summary.to_json()))},
+                                       dims, ledger, gpu=gpu)
+            out[label] = sorted({f.rule + ": " + f.message for f in found})
+    census.stop()
+    print(json.dumps(out))
+''')
+
+
+def test_the_reference_block_keeps_the_rules() -> None:
+    """The reference's steps under the census pass the rules a submission must keep (SPEC §2):
+    with c1 and c2 from the MLP (`reference.norm_grad`, examples of 4096 values) its GELU runs
+    inside an autograd.Function, where no PyTorch arithmetic may touch an activation, and no
+    PyTorch reduction may cover a tensor as large as the activation (fc1's weight is, when
+    B·L ≤ 2C); and the two-pass backward of a short example."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _REFERENCE_CHILD, str(REPO), "cpu"],
+                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(out) == {f"{way}:l{length}" for way in ("forward", "backward")
+                        for length in (512, 17, 64)}, out
+    assert all(found == [] for found in out.values()), out
+
+
 @pytest.mark.gpu
 def test_child_census_on_a_gpu() -> None:
     """The kernel path: the honest Triton steps pass with their kernels judged; PyTorch's conv and

@@ -22,6 +22,7 @@ import pytest
 import torch
 from interpreted import run_interpreted
 
+from reference.norm_grad import MIN_EXAMPLE_ELEMENTS
 from reference.plans import (
     DeviceInfo,
     Plan,
@@ -169,23 +170,34 @@ def skip_specs() -> list[dict[str, Any]]:
             for extra in ({}, {"plan": LOOP_PLAN})]
 
 
-# scoring.yaml cases for the block with c1 and c2 from the MLP (`reference.norm_grad`): the offset
-# family, uneven and short examples, fp16 and the drift case; then the identity in three dtypes.
+# scoring.yaml cases for both of the block's normalization backwards: c1 and c2 from the MLP
+# (`reference.norm_grad`) forced on examples below its size floor, and from the backward's own
+# first pass (``norm_grad_from_mlp`` False); the offset family, uneven and short examples, fp16
+# and the drift case; then the identity in three dtypes, each way.
 NORM_GRAD_CASES = ["c16-l1024-offset", "c33-l96-d3-ramp", "c31-l64-d2-burst", "c12-l40-e1",
                    "c7-l33-d2-f16", "c8-l17-d20", "drift-c9-l20-d3"]
+NORM_GRAD_WAYS = ({"norm_grad_min_elements": 0}, {"norm_grad_from_mlp": False})
 
 
 def norm_grad_specs() -> list[dict[str, Any]]:
-    specs = [{**spec, "norm_grad_from_mlp": True}
+    specs = [{**spec, **way} for way in NORM_GRAD_WAYS
              for case in NORM_GRAD_CASES for spec in block_specs(case)[:1]]
     specs += [{"kind": "identity", "batch": 2, "length": 9, "channels": 5, "dilation": 2,
-               "dtype": dtype, "seed": 3, "norm_grad_from_mlp": True}
-              for dtype in ("float32", "bfloat16", "float16")]
+               "dtype": dtype, "seed": 3, **way}
+              for dtype in ("float32", "bfloat16", "float16") for way in NORM_GRAD_WAYS]
     # The GELU backward's kernel alone: rows not a multiple of its row block, hidden widths
     # over several column blocks.
     specs += [{"kind": "norm_grad_sums", "batch": 2, "length": 45, "channels": 6,
                "hidden": hidden, "dtype": dtype, "seed": 50 + hidden}
               for dtype in ("float32", "bfloat16", "float16") for hidden in (12, 130)]
+    # The default's choice at the size floor: 4 × 1024 values and one row fewer.
+    specs += [{"kind": "norm_way", "batch": 2, "length": length, "channels": 4, "dilation": 3,
+               "dtype": "float32", "seed": 61}
+              for length in (MIN_EXAMPLE_ELEMENTS // 4, MIN_EXAMPLE_ELEMENTS // 4 - 1)]
+    # h over ±40: the tails, where Φ is 0 or 1 and e^(−h²/2) underflows.
+    specs += [{"kind": "norm_grad_sums", "batch": 2, "length": 20, "channels": 6,
+               "hidden": 40, "dtype": dtype, "seed": 59, "h_scale": 10.0}
+              for dtype in ("float32", "bfloat16")]
     return specs
 
 
@@ -369,10 +381,11 @@ def test_block_fuses_the_residual_gradient(interpreted: dict) -> None:
     assert_within(skip_specs(), results_of(interpreted, "skip"))
 
 
-def test_block_with_norm_grad_from_mlp(interpreted: dict) -> None:
-    """c1 and c2 from the GELU's backward (`reference.norm_grad`), the conv+norm backward in one
-    pass: scoring.yaml cases within half of each budget, the identity bit for bit, and the
-    kernel's dh, c1 and c2 within 4 roundings of fp64."""
+def test_norm_grad(interpreted: dict) -> None:
+    """The GELU backward's dh, c1 and c2 (`reference.norm_grad`) within 4 roundings of fp64, and
+    both of the block's normalization backwards (c1, c2 from the MLP on small examples too, and
+    from a pass of its own): scoring.yaml cases within half of each budget, the identity bit for
+    bit."""
     specs = norm_grad_specs()
     results = results_of(interpreted, "norm-grad")
     within = [(s, r) for s, r in zip(specs, results, strict=True) if s["kind"] != "identity"]

@@ -166,28 +166,41 @@ def test_block_fuses_the_residual_gradient(dtype: str) -> None:
         assert_within(spec, skip_check(spec))
 
 
+@pytest.mark.parametrize("way", ["one-pass", "two-pass"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_block_with_norm_grad_from_mlp(dtype: str) -> None:
-    """c1 and c2 from the GELU's backward (`reference.norm_grad`), conv+norm backward in one
-    pass: scoring.yaml cases (the offset family in fp32 only, as scoring.yaml has it) and long
-    examples (16×8192, d = 64) within half of each budget, the identity bit for bit, and the GELU
-    kernel's dh, c1 and c2 within 4 roundings of fp64 at the h200 widths."""
+def test_block_norm_backward_both_ways(dtype: str, way: str) -> None:
+    """Both of the block's normalization backwards: c1 and c2 from the MLP forced on examples
+    below its size floor (``norm_grad_min_elements`` 0), and from the backward's own first pass
+    (``norm_grad_from_mlp`` False): scoring.yaml cases (the offset family in fp32 only, as
+    scoring.yaml has it) and long examples (16×8192, d = 64) within half of each budget, the
+    identity bit for bit. The default, per example size, runs in every other block test."""
+    choice = ({"norm_grad_min_elements": 0} if way == "one-pass"
+              else {"norm_grad_from_mlp": False})
     cases = ["c33-l96-d3-ramp", "c31-l64-d2-burst", "c8-l17-d20", "drift-c9-l20-d3"]
     cases += ["c16-l1024-offset"] if dtype == "float32" else []
     for case in cases:
         spec = {"kind": "block", "case": case, "seed": _fresh_seed(), "dtype": dtype,
-                "device": "cuda", "norm_grad_from_mlp": True}
+                "device": "cuda", **choice}
         assert_within(spec, block_check(spec))
     spec = {"kind": "block", "case": "c128-l4096-d16-b16", "seed": _fresh_seed(),
             "dtype": dtype, "batch": 16, "length": 8192, "dilation": 64, "device": "cuda",
-            "norm_grad_from_mlp": True}
+            **choice}
     assert_within(spec, block_check(spec))
     spec = {"batch": 3, "length": 4096, "channels": 128, "dilation": 16, "dtype": dtype,
-            "seed": _fresh_seed(), "device": "cuda", "norm_grad_from_mlp": True}
+            "seed": _fresh_seed(), "device": "cuda", **choice}
     assert all(v == 0.0 for v in identity_check(spec).values()), spec
-    spec = {"kind": "norm_grad_sums", "batch": 4, "length": 8192, "channels": 128,
-            "hidden": 256, "dtype": dtype, "seed": _fresh_seed(), "device": "cuda"}
-    assert_within(spec, norm_grad_sums_check(spec))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_grad_sums(dtype: str) -> None:
+    """The GELU backward's dh, c1 and c2 (`reference.norm_grad`, the fast ex2 and reciprocal
+    the interpreter cannot run) within 4 roundings of fp64 at the h200 widths, h of unit size
+    and over ±40 (the tails, where e^(−h²/2) underflows)."""
+    for h_scale in (1.0, 10.0):
+        spec = {"kind": "norm_grad_sums", "batch": 4, "length": 8192, "channels": 128,
+                "hidden": 256, "dtype": dtype, "seed": _fresh_seed(), "device": "cuda",
+                "h_scale": h_scale}
+        assert_within(spec, norm_grad_sums_check(spec))
 
 
 def test_backward_residual_grad() -> None:
