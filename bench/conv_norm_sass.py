@@ -166,11 +166,9 @@ def _loops(sass: str, elements_per_thread: int) -> list[Loop]:
                   key=lambda loop: -loop.instructions)
 
 
-def analyse(direction: str, dtype: str, rows: int, block_c: int, num_warps: int,
-            taps_once: int = 1, arch: int = 90, kernel: str = "reference") -> KernelCode:
-    """Compile one kernel and read its resources and loops from cuobjdump."""
+def disassemble(cubin: bytes) -> tuple[str, str]:
+    """cuobjdump's resource usage and SASS listing of a cubin."""
     cuobjdump = _cuobjdump()
-    cubin = compile_kernel(direction, dtype, rows, block_c, num_warps, taps_once, arch, kernel)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         Path(path).write_bytes(cubin)
@@ -178,10 +176,23 @@ def analyse(direction: str, dtype: str, rows: int, block_c: int, num_warps: int,
                                capture_output=True, text=True).stdout
         sass = subprocess.run([cuobjdump, "-sass", path], check=True, capture_output=True,
                               text=True).stdout
+    return usage, sass
+
+
+def count_instructions(sass: str) -> int:
+    """Instructions in a SASS listing."""
+    return len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+[^;]*;", sass))
+
+
+def analyse(direction: str, dtype: str, rows: int, block_c: int, num_warps: int,
+            taps_once: int = 1, arch: int = 90, kernel: str = "reference") -> KernelCode:
+    """Compile one kernel and read its resources and loops from cuobjdump."""
+    cubin = compile_kernel(direction, dtype, rows, block_c, num_warps, taps_once, arch, kernel)
+    usage, sass = disassemble(cubin)
     res = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", usage)
     if res is None:
         raise RuntimeError(f"cuobjdump printed no resource usage: {usage[:300]!r}")
-    instructions = len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+[^;]*;", sass))
+    instructions = count_instructions(sass)
     elements = rows * block_c // (32 * num_warps)
     return KernelCode(kernel=direction, dtype=dtype, rows=rows, block_c=block_c,
                       num_warps=num_warps, taps_once=taps_once, registers=int(res.group(1)),

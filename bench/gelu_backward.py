@@ -19,11 +19,8 @@ import argparse
 import importlib.util
 import itertools
 import json
-import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -35,10 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import reference.norm_grad as norm_grad  # noqa: E402
-from bench.conv_norm_sass import _cuobjdump, _loops  # noqa: E402
+from bench.conv_norm_sass import (  # noqa: E402
+    TRITON_TYPES,
+    _loops,
+    count_instructions,
+    disassemble,
+)
+from task.inputs import DTYPES  # noqa: E402
 
-TRITON_TYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # The h200 shapes: bf16 256 × 8192 rows, fp32 64 × 8192; 256 hidden units, 128 channels.
 BATCH = {"bfloat16": 256, "float16": 256, "float32": 64}
 LENGTH, HIDDEN, CHANNELS = 8192, 256, 128
@@ -71,16 +72,10 @@ def sass_counts(fn: triton.runtime.JITFunction, dtype: str, rows: int, block_l: 
                     constexprs={(index[k],): v for k, v in consts.items()})
     cubin = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                            options={"num_warps": warps, "num_stages": 1}).asm["cubin"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kernel.cubin")
-        Path(path).write_bytes(cubin)
-        sass = subprocess.run([_cuobjdump(), "-sass", path], check=True, capture_output=True,
-                              text=True).stdout
-        usage = subprocess.run([_cuobjdump(), "--dump-resource-usage", path], check=True,
-                               capture_output=True, text=True).stdout
+    usage, sass = disassemble(cubin)
     per_thread = block_l * HIDDEN // (32 * warps)
     loops = _loops(sass, per_thread)
-    total = len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+[^;]*;", sass))
+    total = count_instructions(sass)
     inner = loops[-1] if loops else None  # the innermost loop is the shortest with loads
     fixed = total - (inner.instructions if inner else 0)
     per_element = (inner.per_element if inner else 0.0) + fixed / (rows * HIDDEN / (32 * warps))
