@@ -201,7 +201,8 @@ def test_block_norm_backward_both_ways(dtype: str, way: str) -> None:
     below its size floor (``norm_grad_min_elements`` 0), and from the backward's own first pass
     (``norm_grad_from_mlp`` False): scoring.yaml cases (the offset family in fp32 only, as
     scoring.yaml has it; fresh draws, `assert_mean_within_plain`) and long examples (16×8192,
-    d = 64) within half of each budget, the identity bit for bit. The default, per example size, runs in every other block test."""
+    d = 64) within half of each budget, the identity bit for bit. The default, per example
+    size, runs in every other block test."""
     choice = ({"norm_grad_min_elements": 0} if way == "one-pass"
               else {"norm_grad_from_mlp": False})
     cases = ["c33-l96-d3-ramp", "c31-l64-d2-burst", "c8-l17-d20", "drift-c9-l20-d3"]
