@@ -42,7 +42,14 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from bench.step_limit import LimitShape, measure_rates, select_shapes, step_setup  # noqa: E402
+from bench.reference import BYTES_MODEL, _clear, _step  # noqa: E402
+from bench.step_limit import (  # noqa: E402
+    LimitShape,
+    measure_rates,
+    select_shapes,
+    step_flops,
+    step_setup,
+)
 from grader.config import load_config  # noqa: E402
 
 # Kernel groups, first match wins, matched on the kernel's lower-cased name: the reference's
@@ -59,8 +66,10 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 
 
 def bytes_coefficient(group: str, expansion: int) -> float:
-    """The group's bytes model in units of N·e (module docstring); 0 for `OTHER`."""
-    return {"conv+norm": 6.0, "gelu": 5.0 * expansion,
+    """The group's bytes model in units of N·e (module docstring); 0 for `OTHER`. conv+norm's
+    is `bench.reference`'s forward and the backward as the block runs it."""
+    conv_norm = BYTES_MODEL["fwd"] + BYTES_MODEL["bwd_block"]
+    return {"conv+norm": float(conv_norm), "gelu": 5.0 * expansion,
             "matmul": 7.0 + 6.0 * expansion}.get(group, 0.0)
 
 
@@ -139,7 +148,7 @@ def summarize(times: Iterable[KernelTime], steps: int, numel: int, element_bytes
         per_group[k.group] = per_group.get(k.group, 0.0) + k.total_us / steps / 1e3
     device_ms = sum(per_group.values())
     nbytes = numel * element_bytes
-    flops = 6 * 2 * rows * channels * expansion * channels
+    flops = step_flops(rows, channels, expansion)
     groups = []
     for group in [g for g, _ in GROUPS] + [OTHER]:
         ms = per_group.get(group, 0.0)
@@ -153,14 +162,15 @@ def summarize(times: Iterable[KernelTime], steps: int, numel: int, element_bytes
 
 def profile_step(block: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, steps: int,
                  warmup: int = 3) -> dict[str, Any]:
-    """``steps`` training steps (grads cleared between them, as timing does) under the
-    profiler; the Chrome trace as a dict."""
+    """``steps`` training steps (grads cleared between them, as `bench/reference.py` times
+    them) under the profiler; the Chrome trace as a dict."""
     from torch.profiler import ProfilerActivity, profile
 
+    clear, run = _clear(block, x), _step(block, x, grad)
+
     def step() -> None:
-        block.zero_grad(set_to_none=True)
-        x.grad = None
-        block(x).backward(grad)
+        clear()
+        run()
 
     for _ in range(warmup):
         step()

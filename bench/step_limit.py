@@ -120,10 +120,14 @@ def memory_floor_ms(numel: int, element_bytes: int, copy_gbs: float) -> float:
     return MEMORY_PASSES * numel * element_bytes / (copy_gbs * 1e9) * 1e3
 
 
+def step_flops(rows: int, channels: int, expansion: int) -> int:
+    """GEMMS_PER_STEP products of 2·rows·C·(E·C) FLOPs: a step's GEMM work."""
+    return GEMMS_PER_STEP * 2 * rows * channels * expansion * channels
+
+
 def compute_floor_ms(rows: int, channels: int, expansion: int, tflops: float) -> float:
-    """GEMMS_PER_STEP products of 2·rows·C·(E·C) FLOPs at the matmul rate (TFLOP/s), in ms."""
-    flops = GEMMS_PER_STEP * 2 * rows * channels * expansion * channels
-    return flops / (tflops * 1e12) * 1e3
+    """`step_flops` at the matmul rate (TFLOP/s), in ms."""
+    return step_flops(rows, channels, expansion) / (tflops * 1e12) * 1e3
 
 
 def step_limit(shape: LimitShape, channels: int, expansion: int, copy_gbs: float,

@@ -15,6 +15,7 @@ Every run poisons the buffers the launchers allocate (NaN), so an unwritten elem
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -48,6 +49,14 @@ def assert_within(spec: dict[str, Any], result: dict[str, float]) -> None:
     assert not bad, f"{spec}: over {MAX_UTILISATION} of budget: {bad} (all: {result})"
 
 
+def over_plain(result: dict[str, float], cap: float = math.inf) -> dict[str, tuple[float, float]]:
+    """The checks of ``result`` (a `block_check` with ``plain``) over ``cap`` or over both half
+    the budget and 1.25x the frozen PyTorch block's (``plain_*``), as (reference, plain)."""
+    return {name: (util, result[f"plain_{name}"]) for name, util in result.items()
+            if not name.startswith("plain_")
+            and not (util <= cap and util <= max(MAX_UTILISATION, 1.25 * result[f"plain_{name}"]))}
+
+
 # Fresh draws a small case gets where one draw's error is mostly the rounding both blocks share.
 SMALL_DRAWS = 6
 
@@ -67,9 +76,7 @@ def assert_mean_within_plain(specs: list[dict[str, Any]],
     while a wrong c1 or c2, or an unwritten (NaN) element, lands the mean many budgets off.
     """
     means = {name: sum(r[name] for r in results) / len(results) for name in results[0]}
-    bad = {name: (mean, means[f"plain_{name}"]) for name, mean in means.items()
-           if not name.startswith("plain_")
-           and not mean <= max(MAX_UTILISATION, 1.25 * means[f"plain_{name}"])}
+    bad = over_plain(means)
     assert not bad, (f"{specs[0]} over {len(specs)} draws: (reference, plain) mean utilisation "
                      f"over the limit: {bad} (all: {results})")
 
@@ -147,11 +154,7 @@ def test_production_shapes_fresh_inputs(shape: Any) -> None:
             "dtype": shape.dtype, "batch": shape.batch, "length": shape.length,
             "dilation": shape.dilation, "device": "cuda", "plain": True}
     result = block_check(spec)
-    plain = {key.removeprefix("plain_"): util for key, util in result.items()
-             if key.startswith("plain_")}
-    ours = {key: util for key, util in result.items() if not key.startswith("plain_")}
-    bad = {key: (util, plain[key]) for key, util in ours.items()
-           if not (util <= 1.0 and util <= max(MAX_UTILISATION, 1.25 * plain[key]))}
+    bad = over_plain(result, cap=1.0)
     assert not bad, f"{spec}: (reference, plain) utilisation over the limit: {bad} (all: {result})"
 
 
