@@ -33,6 +33,7 @@ import torch
 from grader import census
 from grader.checks import GRAD_KEYS, exact_check, forward_check, rel_l2_check
 from grader.config import Case, DeadlineRule, ScoringConfig
+from grader.confinement import ChildConfinement, Harness, child_policy
 from grader.deadlines import plain_step_seconds
 from grader.gate_children import shard_items, worst_child
 from grader.report import CaseResult, CheckResult, RuleFinding, Severity
@@ -532,6 +533,7 @@ def run_gate(
     workdir.mkdir(parents=True)
     env = {**(env_extra or {}), "TRITON_CACHE_DIR": str(workdir / ".triton")}
     shards = shard_items(items, processes) or ((),)
+    harness = Harness(workdir / "harness")
     lock = threading.Lock()
     finished = [0] * len(shards)
 
@@ -559,12 +561,15 @@ def run_gate(
         }
         job_path = home / ".grader" / "job.json"
         job_path.write_text(json.dumps(job))
+        confined = ChildConfinement(harness, child_policy(harness, home, gpu=device != "cpu"))
         talk = _Conversation(local, secret, home, shard_progress(k),
                              config.limits.deadlines.for_device(device), oracle_device,
                              config.correctness.drift.steps)  # fmt: skip
-        child = run_child(CHILD_SCRIPT, home, [str(REPO_ROOT), str(job_path)], limits,
+        # The child runs the harness's copy (`grader.confinement.Harness`), its root standing for
+        # the repository's, confined by the operating system before its first line.
+        child = run_child(CHILD_SCRIPT, home, [str(harness.root), str(job_path)], limits,
                           env_extra=env, on_message=talk, deadline=talk.deadline,
-                          arm=True)  # fmt: skip
+                          arm=True, confinement=confined)  # fmt: skip
         return talk, child, local
 
     if len(shards) == 1:

@@ -33,6 +33,7 @@ import torch
 import triton
 
 from grader.config import DEFAULT_PATH, ScoringConfig, load_config
+from grader.confinement import host_confinement
 from grader.gate import GateResult, build_items, progress_bar, run_gate
 from grader.gate_children import gate_processes
 from grader.report import (
@@ -90,6 +91,7 @@ def system_info(gpu: int | None) -> SystemInfo:
         numpy=numpy.__version__,
         platform=platform.platform(),
         hostname=socket.gethostname(),
+        confinement=host_confinement(),
     )
     if gpu is None:
         return SystemInfo(device="cpu (triton interpreter)", **info)

@@ -69,6 +69,7 @@ from grader import census as census_rules
 from grader import telemetry
 from grader.child.hold import DEFAULT_HOST_WAIT, HoldPage, host_wait_flag
 from grader.config import DeadlineRule, Profile, ScoringConfig
+from grader.confinement import ChildConfinement, Harness, child_policy
 from grader.conversation import Child, Stop
 from grader.orders import williams_orders
 from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Outcome
@@ -483,12 +484,16 @@ def start_interleaved(
         "host_wait": host_wait,
     }
     if device == "cpu":
-        job["slab_path"] = str(workdir / "slab")
+        # In a folder of its own: the submission's confinement names the folder, which must
+        # exist before the child starts (the baselines process makes the file).
+        (workdir / "shared").mkdir()
+        job["slab_path"] = str(workdir / "shared" / "slab")
     # The driver pins the pages, which it does for shared memory (tmpfs): in /dev/shm where it
     # can be written, else in ``workdir`` (where a child may refuse it; the run is then unheld).
     where = SHM_DIR if SHM_DIR.is_dir() and os.access(SHM_DIR, os.W_OK) else workdir
     pages = {who: HoldPage.create(where) for who in ("baselines", "submission")}
     sub_job = {k: job[k] for k in ("device", "block", "shapes", "host_wait")}
+    sub_job["forbidden_dirs"] = [str(REPO_ROOT / "grader"), str(REPO_ROOT / "reference")]
     job["hold_path"] = str(pages["baselines"].path)
     sub_job["hold_path"] = str(pages["submission"].path)
     (workdir / "baselines.json").write_text(json.dumps(job))
@@ -497,9 +502,17 @@ def start_interleaved(
     base = Child("baselines", ChildProcess(CHILD_DIR / "baselines.py", base_dir,
                                             [str(REPO_ROOT), str(workdir / "baselines.json")],
                                             limits, env, python=python), rule, trusted=True)
+    # The submission's process runs the harness's copy, confined by the operating system before
+    # its first line (`grader.confinement`): its tree, its job, its hold page and the CPU slab.
+    harness = Harness(workdir / "harness")
+    policy = child_policy(harness, sub_dir, gpu=device != "cpu",
+                          read=[workdir / "submission.json"],
+                          write=[pages["submission"].path,
+                                 *([workdir / "shared"] if device == "cpu" else [])])
     sub = Child("submission", ChildProcess(CHILD_DIR / "submission.py", sub_dir,
-                                            [str(REPO_ROOT), str(workdir / "submission.json")],
-                                            limits, env, arm=True, python=python),
+                                            [str(harness.root), str(workdir / "submission.json")],
+                                            limits, env, arm=True, python=python,
+                                            confinement=ChildConfinement(harness, policy)),
                  rule, trusted=False)
     run = _Run(config, profile, plain_s, base, sub, out, progress, uuid, slack, census,
                device)

@@ -165,6 +165,9 @@ class SystemInfo:
         python, torch, triton, numpy: Versions of the grading environment.
         platform: ``platform.platform()``.
         hostname: The machine's name.
+        confinement: What the operating system enforces on the children that run submission
+            code on this host (`grader.confinement.host_confinement`): Landlock's ABI and what it
+            covers, seccomp, not dumpable; a host without Landlock says so.
     """
 
     device: str
@@ -178,6 +181,7 @@ class SystemInfo:
     gpu_uuid: str | None = None
     driver: str | None = None
     cuda: str | None = None
+    confinement: str = ""
 
 
 @dataclass(frozen=True)
@@ -441,6 +445,8 @@ def render_table(report: GradeReport) -> str:
         f"device: {report.system.device}  torch {report.system.torch}  "
         f"triton {report.system.triton}  grader {report.grader_version}"
     )
+    if report.system.confinement:
+        lines.append(f"confinement: {report.system.confinement}")
     if report.cases:
         lines.append("")
         width = max(len(c.name) for c in report.cases)

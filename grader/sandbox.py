@@ -59,6 +59,7 @@ from grader.child.channel import (
     pin_pools,
 )
 from grader.config import PhaseLimit
+from grader.confinement import ChildConfinement
 
 # The thread-pool variables of every native library a child may load; each is set to the
 # child's pool size, so no pool is sized by the host's core count.
@@ -327,8 +328,10 @@ class ChildProcess:
         arm: bool = False,
         python: str = sys.executable,
         python_flags: Sequence[str] = ("-I",),
+        confinement: ChildConfinement | None = None,
     ) -> None:
         self.limits = limits
+        self.confinement = confinement
         self.workdir = Path(workdir)
         self.deadline = deadline
         self.arm = arm
@@ -346,13 +349,19 @@ class ChildProcess:
         read_fd, write_fd = os.pipe()
         env = child_env(self.workdir, env_extra, limits.pool_threads)
         env[CHANNEL_ENV] = str(write_fd)
+        command = [python, *python_flags, str(entry_script), *args]
+        if confinement is not None:
+            # The bootstrap confines the interpreter before anything else runs in it, then runs
+            # the harness's copy of the entry script (`grader.child.confine.main`).
+            command = confinement.command(python, python_flags, Path(entry_script), args)
+            env.update(confinement.env())
         self._out_path = self.workdir / ".child-stdout"
         self._err_path = self.workdir / ".child-stderr"
         self.proc: subprocess.Popen[bytes] | None = None
         try:
             with self._out_path.open("wb") as out, self._err_path.open("wb") as err:
                 self.proc = subprocess.Popen(
-                    [python, *python_flags, str(entry_script), *args],
+                    command,
                     cwd=self.workdir,
                     env=env,
                     stdin=subprocess.PIPE,
@@ -452,6 +461,11 @@ class ChildProcess:
             except ChannelError as exc:
                 messages, broken = exc.messages, exc
             received = time.perf_counter()
+            if messages and self.confinement is not None and not self.messages:
+                broken_rule = self._unconfined()
+                if broken_rule:
+                    self.tamper(broken_rule)
+                    return
             for message in messages:
                 message["_received"] = received
                 if len(self.messages) >= _MAX_MESSAGES:
@@ -468,6 +482,21 @@ class ChildProcess:
                 self.tamper(f"sent a frame that is not the harness's on its result channel: "
                             f"{broken}")
                 return
+
+    def _unconfined(self) -> str:
+        """Why the child's first message comes from a process that is not confined ("" when it
+        is): the kernel's own view of it, read by the parent (``/proc/<pid>/status``), never the
+        child's word."""
+        assert self.proc is not None
+        status = _read_proc(self.proc.pid, "status") or ""
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        seccomp = fields.get("Seccomp", "").strip()
+        no_new_privs = fields.get("NoNewPrivs", "").strip()
+        if seccomp == "2" and no_new_privs == "1":
+            return ""
+        return (f"its process is not confined (Seccomp {seccomp or '?'}, NoNewPrivs "
+                f"{no_new_privs or '?'}; the bootstrap installs a filter and sets no_new_privs "
+                "before the harness runs)")
 
     def _task_limit(self) -> tuple[int, str]:
         limits = self.limits
@@ -596,6 +625,7 @@ def run_child(
     arm: bool = False,
     python: str = sys.executable,
     python_flags: Sequence[str] = ("-I",),
+    confinement: ChildConfinement | None = None,
 ) -> ChildResult:
     """Run ``python -I entry_script *args`` in ``workdir`` under ``limits``; never raises for
     anything the child does.
@@ -622,12 +652,16 @@ def run_child(
             counts every task.
         python: Interpreter to run.
         python_flags: Interpreter flags.
+        confinement: Run the harness's copy of ``entry_script`` under this confinement by the
+            operating system (`grader.confinement`); the parent checks, at the child's first
+            message, that the kernel holds it under a seccomp filter with no_new_privs.
 
     Returns:
         The `ChildResult`.
     """
     child = ChildProcess(entry_script, workdir, args, limits, env_extra, deadline=deadline,
-                         arm=arm, python=python, python_flags=python_flags)
+                         arm=arm, python=python, python_flags=python_flags,
+                         confinement=confinement)
     while not child.ended:
         for message in child.poll():
             if on_message is None:

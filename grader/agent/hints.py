@@ -7,6 +7,7 @@ from typing import Any
 
 from grader.agent import worktree
 from grader.agent.estimate import ScoreEstimate
+from grader.child.imports import ALLOWED_STDLIB
 from grader.report import Status
 
 # What each run-time rule wants, in words an agent can act on (rule ids from grader.child.rules,
@@ -30,9 +31,11 @@ RULE_HINTS = {
     "no-autograd-function": "x and conv.weight must go straight into your torch.autograd.Function "
     "(ConvNormFunction.apply), whose backward launches your kernels",
     "foreign-triton-kernel": "only Triton kernels defined in your workspace's files may run",
-    "forbidden-import": "import only your own files, the standard library, torch, triton and "
-    "numpy: asking for any other module (import, __import__, importlib, find_spec) breaks the "
-    "rule even when the import fails or the error is caught",
+    "forbidden-import": "import only your own files, torch, triton, numpy and the standard "
+    "library's " + ", ".join(sorted(ALLOWED_STDLIB - {"__future__"})) + ": asking for any "
+    "other module (import, __import__, importlib, find_spec) breaks the rule even when the import "
+    "fails or the error is caught, and so does using one reached another way (ctypes calls, a "
+    "module's code run by hand)",
     "constructor-signature": "keep DilatedResidualBlock.__init__(self, channels=128, dilation=1, "
     "expansion=2, eps=1e-5, residual_scale=0.5) exactly",
     "state-dict": "keep exactly the parameters conv.weight (C,1,3), fc1.weight (E·C,C), "
@@ -45,7 +48,14 @@ RULE_HINTS = {
     "compiler": "torch.compile / Dynamo / Inductor are not allowed",
     "torchscript": "TorchScript is not allowed",
     "fx": "torch.fx is not allowed",
-    "reads-grader": "do not read the grader's or the reference's files",
+    "reads-grader": "do not read the grader's or the reference's files (the operating system "
+    "refuses the open anyway; trying breaks the rule)",
+    "foreign-code-name": "compile your code under your own file names: code given another file's "
+    "name (a library's) is not your code to the grader",
+    "guard-tampered": "leave the grader's objects in your process alone (its guard, its import "
+    "watch): their switches are checked between every two steps",
+    "introspection": "do not read frames or the garbage collector's objects (sys._getframe, "
+    "tracebacks' frames, gc): the harness beside your code is the grader's",
     "reads-other-process": "do not read other processes",
     "timer-patched": "do not touch timers or synchronization functions",
     "stream-changed": "leave the current CUDA stream as you found it",

@@ -137,7 +137,9 @@ class Harness:
         self.channel = ChannelWriter()
         self.guard = Guard(
             self.workdir,
-            tuple(Path(d) for d in job["forbidden_dirs"]),
+            # The grader's own tree (the job names it) and the harness's copy of it (REPO, when
+            # the child is confined): opening either is reading the grader's files.
+            (*(Path(d) for d in job["forbidden_dirs"]), REPO / "grader", REPO / "reference"),
             on_finding=self._send_finding,
         )
         # The op and kernel census, on from here to the end: before the warm-up and the guard's

@@ -1,7 +1,12 @@
 """The forbidden-import rule of SPEC §2, for use *inside* a child process that runs submission code.
 
-A submission may import its own modules, the standard library, torch, triton and numpy, nothing
-else, and *asking* for anything else breaks the rule whether or not the import succeeds. An audit
+A submission may import its own modules, torch, triton, numpy and the named part of the standard
+library a kernel needs (`ALLOWED_STDLIB`), nothing else, and *asking* for anything else breaks the
+rule whether or not the import succeeds. Left out on purpose: the tools of the attacks the grader
+has met (``ctypes``, ``gc``, ``inspect``, ``sys``, ``threading``, ``multiprocessing``,
+``subprocess``, ``importlib`` and the rest of the import machinery, ``types``, ``dis``,
+``traceback``...). The operating system confines the process whatever it imports
+(`grader.child.confine`); this rule is the contract's second layer and a tripwire. An audit
 hook sees only files opened; it misses an import that fails and one answered from
 ``sys.modules``. So `ImportWatch` sits on every route by which code asks for a module:
 
@@ -11,11 +16,17 @@ hook sees only files opened; it misses an import that fails and one answered fro
 - a finder at ``sys.meta_path[0]`` that records and returns None: it sees every *uncached* import
   by any route, also private ones (``importlib._bootstrap._gcd_import``).
 
-Whose import is it? Walking outward from the import, frames of the import machinery (the frozen
-bootstrap, ``importlib``, this module) and of the standard library are skipped (a submission that
-calls ``pkgutil.resolve_name`` is the one asking), as are frames of code compiled from a string
-(``exec``: whoever ran it); the first frame left decides. Under the submission's directory: the
-submission's. Anything else (torch, triton, numpy and what they import lazily, the harness): not.
+Whose import is it? Walking outward from the import, frames of this module and of the import
+machinery (the frozen bootstrap, ``importlib``) are skipped, as are frames of code compiled from
+a string (``exec``: whoever ran it); the first frame left decides. Under the submission's
+directory: the submission's. Anything else is not: the standard library's own code (a module's
+top level importing what it is built on, ``json`` its decoder; a function importing lazily),
+torch, triton, numpy and what they import, the harness; and so is an import the machinery makes
+while it loads another module, before that module's code runs. What the submission reaches
+without an import (an attribute such as ``torch.sys``, ``sys.modules``) is not an import: its
+*use* is what the guard sees (ctypes's audit events, frame introspection, threads, processes,
+module code run outside the import system; `grader.child.rules`), and the operating system's
+confinement holds whatever it got.
 
 Installed by `grader.child.rules.Guard.install` before the guard takes its baselines, so replacing
 a wrapper or the finder's ``find_spec`` is a patched attribute the guard reports, and
@@ -43,11 +54,21 @@ from typing import Any
 
 RULE = "forbidden-import"
 
-# Besides the standard library and the submission's own tree, the only modules it may ask for.
-ALLOWED_PACKAGES = frozenset({"torch", "triton", "numpy", "__future__"})
+# Besides its own tree, the packages a submission may ask for.
+ALLOWED_PACKAGES = frozenset({"torch", "triton", "numpy"})
+# The part of the standard library a kernel needs (SPEC §2; task/PROMPT.md lists the same): math,
+# containers and functional tools, dataclasses and typing, ``os`` (``os.environ`` for the
+# interpreter switch), ``json``/``pathlib`` (a plan file beside the code), ``time``, ``warnings``.
+ALLOWED_STDLIB = frozenset({
+    "__future__", "abc", "array", "bisect", "cmath", "collections", "contextlib", "copy",
+    "dataclasses", "decimal", "enum", "fractions", "functools", "heapq", "itertools", "json",
+    "math", "numbers", "operator", "os", "pathlib", "random", "re", "statistics", "string",
+    "struct", "textwrap", "time", "typing", "warnings", "weakref",
+})  # fmt: skip
+ALLOWED_NAMES = ALLOWED_PACKAGES | ALLOWED_STDLIB
 
 # What a submission may import whoever asks: the wrappers' fast path is one set lookup on this.
-FAST_NAMES = frozenset(sys.stdlib_module_names) | ALLOWED_PACKAGES
+FAST_NAMES = ALLOWED_NAMES
 
 _IMPORT_NAME = dis.opmap["IMPORT_NAME"]
 # How the import system resolves a relative import (bound now: the submission cannot swap them).
@@ -55,7 +76,12 @@ _package_of = importlib._bootstrap._calc___package__  # type: ignore[attr-define
 _resolve = importlib._bootstrap._resolve_name  # type: ignore[attr-defined]
 
 # How a frame's file counts when an import is attributed (see the module docstring).
-_TRANSPARENT, _SUBMISSION, _OTHER = 0, 1, 2
+_TRANSPARENT, _SUBMISSION, _OTHER, _MACHINERY = 0, 1, 2, 3
+# Frames of the import system that load a module once found: an import made from one of them is
+# the import system's own.
+_LOADING = frozenset({"_load_unlocked", "_load", "exec_module", "get_code", "get_data",
+                      "module_from_spec", "create_module", "load_module",
+                      "_load_backward_compatible"})  # fmt: skip
 
 _THIS_FILE = os.path.realpath(__file__)
 _GLOBALS = globals()
@@ -64,7 +90,8 @@ _STDLIB_DIRS = tuple({os.path.realpath(os.path.dirname(os.__file__)),
                       os.path.realpath(sysconfig.get_paths()["stdlib"])})  # fmt: skip
 _SITE_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
-_WHY = "only its own modules, the standard library, torch, triton and numpy may be imported"
+_WHY = ("only its own modules, torch, triton, numpy and the standard library's "
+        + ", ".join(sorted(ALLOWED_STDLIB - {"__future__"})) + " may be imported")
 
 
 def _under(path: str, root: str) -> bool:
@@ -368,19 +395,25 @@ class ImportWatch:
             while frame is not None:
                 code = frame.f_code
                 kind = self._kind(code.co_filename)
-                if kind == _OTHER:
-                    return None
                 if statement is None:
                     statement = _at_import_statement(frame)
-                if kind == _SUBMISSION:
+                if kind == _MACHINERY:
+                    if code.co_name in _LOADING:
+                        # The import system's own import while it loads another module (3.11's
+                        # ``get_data`` imports ``_io``), before that module's code runs.
+                        return None
+                    via = _label(code.co_filename, code.co_qualname)
+                elif kind == _SUBMISSION:
                     return Asker(
                         file=os.path.relpath(self._realpath(code.co_filename), self.root),
                         line=frame.f_lineno or 0,
                         via=via,
                         statement=statement,
                     )
-                if frame.f_globals is not _GLOBALS:
-                    via = _label(code.co_filename, code.co_qualname)
+                elif kind != _TRANSPARENT:
+                    # The standard library's own code (a module's top level importing what it
+                    # is built on, a function importing lazily) or a library's: theirs.
+                    return None
                 frame = frame.f_back
         return None
 
@@ -392,18 +425,19 @@ class ImportWatch:
 
     def _classify(self, filename: str) -> int:
         """How frames of ``filename`` count in the attribution."""
-        # Frozen modules (the import bootstrap, os, codecs...) and code compiled from a string:
-        # whoever ran them.
+        if filename.startswith("<frozen importlib"):
+            return _MACHINERY
+        if filename.startswith("<frozen "):
+            return _OTHER  # a frozen standard-library module (os, codecs...)
         if filename.startswith("<"):
-            return _TRANSPARENT
+            return _TRANSPARENT  # code compiled from a string: whoever ran it
         real = self._realpath(filename)  # a relative name resolves against the child's cwd
         if real == _THIS_FILE:
             return _TRANSPARENT
         if _under(real, self.root):
             return _SUBMISSION
-        stdlib = any(_under(real, d) for d in _STDLIB_DIRS)
-        if stdlib and not any(part in real for part in _SITE_PARTS):
-            return _TRANSPARENT
+        if any(_under(real, os.path.join(d, "importlib")) for d in _STDLIB_DIRS):
+            return _MACHINERY
         return _OTHER
 
     def _realpath(self, path: str) -> str:
@@ -461,5 +495,5 @@ def _short(obj: Any) -> str:
     return text if len(text) < 120 else text[:117] + "..."
 
 
-__all__ = ["ALLOWED_PACKAGES", "FAST_NAMES", "RULE", "Asker", "ImportFinder", "ImportWatch",
-           "own_names"]  # fmt: skip
+__all__ = ["ALLOWED_NAMES", "ALLOWED_PACKAGES", "ALLOWED_STDLIB", "FAST_NAMES", "RULE", "Asker",
+           "ImportFinder", "ImportWatch", "own_names"]  # fmt: skip

@@ -34,6 +34,7 @@ static scan (``grader/static_scan.py``) flags the constructs such evasion needs.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 import threading
@@ -76,6 +77,15 @@ _INTROSPECTION_EVENTS = frozenset(
     {"sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
      "gc.get_referents"}
 )  # fmt: skip
+
+# ctypes's own wrappers (CDLL.__getattr__, the buffer helpers): a call through them is their
+# caller's.
+_CTYPES_DIR = os.path.dirname(importlib.util.find_spec("ctypes").origin) + os.sep
+
+_THIS_FILE = os.path.realpath(__file__)
+# The import system's and runpy's files: a call through them is their caller's.
+_MACHINERY_DIRS = (os.path.dirname(os.path.realpath(importlib.util.__file__)) + os.sep,
+                   os.path.realpath(importlib.util.find_spec("runpy").origin))
 
 # Bound on the autograd graph walk (a graph of diamonds could otherwise take forever).
 _MAX_GRAPH_NODES = 100_000
@@ -153,6 +163,38 @@ def _realpath(path: Any) -> str | None:
         return None
 
 
+def _fd_path(fd: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
+def _candidates(path: Any) -> list[str]:
+    """Every file ``path`` of an audit event can name. The event does not carry the directory
+    descriptor of ``os.open(path, dir_fd=fd)`` or ``os.listdir(fd)``: a descriptor is resolved
+    through ``/proc/self/fd``, and a relative path against the working directory *and* every
+    directory the process holds open (whichever the call used, each is checked)."""
+    if isinstance(path, int):
+        real = _fd_path(path)
+        return [real] if real and real.startswith("/") else []
+    first = _realpath(path)
+    if first is None:
+        return []
+    out = [first]
+    text = os.fsdecode(path)
+    if not os.path.isabs(text):
+        try:
+            fds = os.listdir("/proc/self/fd")
+        except OSError:
+            fds = []
+        for fd in fds:
+            base = _fd_path(int(fd))
+            if base and base.startswith("/") and os.path.isdir(base):
+                out.append(os.path.realpath(os.path.join(base, text)))
+    return out
+
+
 class _OpLog(TorchDispatchMode):
     """Records every aten op that runs while active, and runs it unchanged."""
 
@@ -213,7 +255,11 @@ class Guard:
         self.imports.install()
         sys.addaudithook(self._audit)
         self.baseline_state = _state()
-        self.watched = _watched_objects()
+        # The guard's own classes are watched like torch's: a method replaced on the class
+        # would silence its check.
+        self.watched = {**_watched_objects(), "grader.child.rules.Guard": Guard,
+                        "grader.child.imports.ImportWatch": type(self.imports),
+                        "grader.child.imports.ImportFinder": type(self.imports.finder)}
         self.baseline_ids = _identities(self.watched)
         self.baseline_modules = set(sys.modules)
         self.baseline_dynamo = _dynamo_frames()
@@ -317,6 +363,31 @@ class Guard:
                     )
             finally:
                 self._in_hook = False
+        elif event.startswith("ctypes."):
+            self._in_hook = True
+            try:
+                caller = self._direct_caller(skip=_CTYPES_DIR)
+                if caller is not None and _under(caller, self.submission_dir):
+                    self._add(FORBIDDEN_IMPORT,
+                              f"{event} from {os.path.relpath(caller, self.submission_dir)}: "
+                              "ctypes is not a module the submission may use, however it got it "
+                              "(an attribute of another module, sys.modules)")
+            finally:
+                self._in_hook = False
+        elif event == "exec" and args:
+            self._in_hook = True
+            try:
+                self._check_exec(args[0])
+            finally:
+                self._in_hook = False
+        elif event in ("compile", "code.__new__") and len(args) > 1:
+            self._in_hook = True
+            try:
+                # compile(source, filename); code.__new__ / code.replace(code, filename, ...):
+                # a code object made with a file name straight away has no source to compare.
+                self._check_compile(args[0] if event == "compile" else None, args[1])
+            finally:
+                self._in_hook = False
         elif event in _PROCESS_EVENTS:
             self._in_hook = True
             try:
@@ -326,22 +397,107 @@ class Guard:
                 self._in_hook = False
 
     def _check_path(self, event: str, path: Any) -> None:
-        real = _realpath(path)
-        if real is None:
-            return
-        for root in self.forbidden:
-            if _under(real, root):
-                self._add("reads-grader", f"{event} of {real}, which is under {root}")
-                return
-        if real.startswith("/proc/"):
-            pid = real.split("/")[2]
-            if pid.isdigit() and int(pid) != os.getpid():
-                self._add("reads-other-process", f"{event} of {real}")
+        for real in _candidates(path):
+            for root in self.forbidden:
+                if _under(real, root):
+                    self._add("reads-grader", f"{event} of {real}, which is under {root}")
+                    return
+            if real.startswith("/proc/"):
+                pid = real.split("/")[2]
+                if pid.isdigit() and int(pid) != os.getpid():
+                    self._add("reads-other-process", f"{event} of {real}")
+                    return
 
-    def _direct_caller(self) -> str | None:
-        """File of the code that raised the event (through ``inspect``'s helpers, if any)."""
+    def _check_compile(self, source: Any, filename: Any) -> None:
+        """Code the submission compiles under the name of a file that is not its own must be
+        that file's source. Code given a library's file name passes, to every rule that asks
+        "whose frame is this?", for the library's (the introspection rule, the import watch's
+        attribution). Libraries compile under their own names (Triton's interpreter rewrites
+        its kernels): only the submission's own calls are checked."""
+        if isinstance(filename, bytes):
+            filename = os.fsdecode(filename)
+        if not isinstance(filename, str) or filename.startswith("<") or not filename:
+            return
+        real = _realpath(filename)
+        if real is None or _under(real, self.submission_dir):
+            return
+        caller, _ = self._decider()
+        if caller is None or not _under(caller, self.submission_dir):
+            return
+        try:
+            with open(real, "rb") as f:
+                on_disk = f.read()
+        except OSError:
+            on_disk = None
+        text = source.encode() if isinstance(source, str) else source
+        if isinstance(text, bytes | bytearray | memoryview) and on_disk is not None and \
+                bytes(text).replace(b"\r\n", b"\n") == on_disk.replace(b"\r\n", b"\n"):
+            return
+        self._add("foreign-code-name",
+                  f"{os.path.relpath(caller, self.submission_dir)} compiled code under the file "
+                  f"name {filename}, whose contents it is not: code that passes for another "
+                  "file's is checked as that file's, not as the submission's")
+
+    def _check_exec(self, code: Any) -> None:
+        """A module's code run outside the import system, by the submission: ``exec_module`` of a
+        spec it found itself, ``runpy``, ``exec`` of a file's compiled source. The import system
+        runs a module's code from ``_load_unlocked``; the submission's own modules are its own."""
+        filename = getattr(code, "co_filename", None)
+        if getattr(code, "co_name", None) != "<module>" or not isinstance(filename, str) or \
+                filename.startswith("<"):
+            return
+        real = _realpath(filename)
+        if real is None or _under(real, self.submission_dir):
+            return
+        caller, line = self._decider()
+        if caller is not None and _under(caller, self.submission_dir):
+            self._add(FORBIDDEN_IMPORT,
+                      f"{os.path.relpath(caller, self.submission_dir)}:{line} ran the module code "
+                      f"of {real} outside the import system (exec_module, runpy or exec of a "
+                      "file): an import by another route")
+
+    def _decider(self) -> tuple[str | None, int]:
+        """The file and line of the code that made the audited call: the first frame outward
+        that is not this module's, the import system's (``importlib``, ``runpy``) or code
+        compiled from a string. None when the import system is loading a module (a real
+        import: the import watch's business)."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            code = frame.f_code
+            file = code.co_filename
+            if file.startswith("<frozen importlib"):
+                if code.co_name in ("_load_unlocked", "_load"):
+                    return None, 0
+            elif file.startswith("<frozen "):
+                return None, 0
+            elif not file.startswith("<"):
+                path = os.path.realpath(file)
+                if path != _THIS_FILE and not path.startswith(_MACHINERY_DIRS):
+                    return path, frame.f_lineno or 0
+            frame = frame.f_back
+        return None, 0
+
+    def _integrity(self) -> None:
+        """The guard's own switches, at a boundary where no harness section is open: a raised
+        ``trusted`` counter or a method replaced on the instance would silence the checks."""
+        if self._trusted or self._in_hook:
+            self._add("guard-tampered", f"the guard's trusted counter is {self._trusted!r} and "
+                      f"its hook flag {self._in_hook!r} between steps (both must be 0)")
+            self._trusted, self._in_hook = 0, False
+        for obj in (self, self.imports, self.imports.finder):
+            own = getattr(obj, "__dict__", {})
+            for name in own:
+                if callable(getattr(type(obj), name, None)):
+                    self._add("guard-tampered", f"{type(obj).__name__}.{name} was replaced on "
+                              "the grader's own object")
+
+    def _direct_caller(self, skip: str | None = None) -> str | None:
+        """File of the code that raised the event (through ``inspect``'s helpers, or the files
+        under ``skip``, if any)."""
         frame = sys._getframe(2)  # 0: this method, 1: _audit, 2: the caller of the C function
-        while frame is not None and os.path.basename(frame.f_code.co_filename) == "inspect.py":
+        while frame is not None and (
+                os.path.basename(frame.f_code.co_filename) == "inspect.py"
+                or (skip is not None and frame.f_code.co_filename.startswith(skip))):
             frame = frame.f_back
         return None if frame is None else os.path.realpath(frame.f_code.co_filename)
 
@@ -393,6 +549,7 @@ class Guard:
     def check_after(self, name: str) -> None:
         """Compare global state, patched attributes, threads and compiler modules to baselines."""
         self.phase_name = name
+        self._integrity()
         state = _state()
         for key, before in self.baseline_state.items():
             after = state.get(key)

@@ -258,7 +258,10 @@ def main() -> int:
             device=device, dtype=getattr(torch, spec["dtype"]))
         harness[index] = (block, block_params(block, "the harness"))
     _hide_modules(("reference", "grader", "task"))
-    guard = rules.Guard(Path.cwd(), (REPO / "grader", REPO / "reference"),
+    # The harness's copy (REPO, when confined) and the grader's own tree, which the job names.
+    forbidden = (REPO / "grader", REPO / "reference",
+                 *(Path(d) for d in job.get("forbidden_dirs", ())))
+    guard = rules.Guard(Path.cwd(), forbidden,
                         on_finding=lambda f: channel.send("finding", rule=f.rule, phase=f.phase,
                                                           message=f.message))
     guard.install()

@@ -1,10 +1,9 @@
-"""Known bad: calls sys.exit(0) in the forward (exit "successfully" before any check).
+"""Known bad: exits with status 0 in the forward (exit "successfully" before any check).
 
 The harness catches SystemExit around submission code and fails the case by name.
-Expected: crashed, naming the case and the exit call.
+``sys.exit(0)`` until issue 37 (``sys`` is no longer a module a submission may import); it
+raises the same ``SystemExit``. Expected: crashed, naming the case and the exit call.
 """
-
-import sys
 
 from naive_triton import DilatedResidualBlock as _Naive
 
@@ -13,4 +12,4 @@ EXPECTED = "fail:crashed:called exit"
 
 class DilatedResidualBlock(_Naive):
     def forward(self, x):
-        sys.exit(0)
+        raise SystemExit(0)

@@ -27,14 +27,15 @@ Expected: gate_failed, forward.
 
 import os
 import re
-import sys
-
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 from naive_triton import BLOCK_L, BLOCK_N, _conv_fwd, _ConvNorm, _normalize, _pow2
 from naive_triton import DilatedResidualBlock as _Naive
+
+# Not an import: sys is not a module a submission may import (issue 37).
+sys = torch.sys
 
 EXPECTED = "fail:gate_failed:forward"
 
