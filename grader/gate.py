@@ -33,7 +33,7 @@ import torch
 from grader import census
 from grader.checks import GRAD_KEYS, exact_check, forward_check, rel_l2_check
 from grader.config import Case, DeadlineRule, ScoringConfig
-from grader.confinement import ChildConfinement, Harness, child_policy
+from grader.confinement import Harness, child_policy, confine_child
 from grader.deadlines import plain_step_seconds
 from grader.gate_children import shard_items, worst_child
 from grader.report import CaseResult, CheckResult, RuleFinding, Severity
@@ -531,7 +531,9 @@ def run_gate(
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    env = {**(env_extra or {}), "TRITON_CACHE_DIR": str(workdir / ".triton")}
+    cache = workdir / ".triton"
+    cache.mkdir()
+    env = {**(env_extra or {}), "TRITON_CACHE_DIR": str(cache)}
     shards = shard_items(items, processes) or ((),)
     harness = Harness(workdir / "harness")
     lock = threading.Lock()
@@ -561,7 +563,9 @@ def run_gate(
         }
         job_path = home / ".grader" / "job.json"
         job_path.write_text(json.dumps(job))
-        confined = ChildConfinement(harness, child_policy(harness, home, gpu=device != "cpu"))
+        # Its home, and the Triton cache every gate child compiles into.
+        confined = confine_child(harness, child_policy(harness, home, gpu=device != "cpu",
+                                                       write=[cache]))
         talk = _Conversation(local, secret, home, shard_progress(k),
                              config.limits.deadlines.for_device(device), oracle_device,
                              config.correctness.drift.steps)  # fmt: skip

@@ -69,7 +69,7 @@ from grader import census as census_rules
 from grader import telemetry
 from grader.child.hold import DEFAULT_HOST_WAIT, HoldPage, host_wait_flag
 from grader.config import DeadlineRule, Profile, ScoringConfig
-from grader.confinement import ChildConfinement, Harness, child_policy
+from grader.confinement import Harness, child_policy, confine_child
 from grader.conversation import Child, Stop
 from grader.orders import williams_orders
 from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Outcome
@@ -505,14 +505,16 @@ def start_interleaved(
     # The submission's process runs the harness's copy, confined by the operating system before
     # its first line (`grader.confinement`): its tree, its job, its hold page and the CPU slab.
     harness = Harness(workdir / "harness")
+    own = [pages["submission"].path, *([workdir / "shared"] if device == "cpu" else [])]
+    if env.get("TRITON_CACHE_DIR"):  # a cache the caller names instead of the child's own
+        Path(env["TRITON_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
+        own.append(Path(env["TRITON_CACHE_DIR"]))
     policy = child_policy(harness, sub_dir, gpu=device != "cpu",
-                          read=[workdir / "submission.json"],
-                          write=[pages["submission"].path,
-                                 *([workdir / "shared"] if device == "cpu" else [])])
+                          read=[workdir / "submission.json"], write=own)
     sub = Child("submission", ChildProcess(CHILD_DIR / "submission.py", sub_dir,
                                             [str(harness.root), str(workdir / "submission.json")],
                                             limits, env, arm=True, python=python,
-                                            confinement=ChildConfinement(harness, policy)),
+                                            confinement=confine_child(harness, policy)),
                  rule, trusted=False)
     run = _Run(config, profile, plain_s, base, sub, out, progress, uuid, slack, census,
                device)

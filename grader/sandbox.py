@@ -4,6 +4,8 @@ The grader never imports a submission in its own interpreter (SPEC §6). Every p
 submission code runs a trusted *entry script* (a child harness such as ``grader/child/gate.py``)
 in a fresh ``python -I`` interpreter:
 
+- confined by the operating system before its first line, where the caller asks
+  (`grader.confinement`: Landlock, seccomp, not dumpable; the parent checks the kernel holds it);
 - isolated flags (``-I``: no ``PYTHON*`` variables, no user site, no script dir on ``sys.path``),
   a scrubbed environment (an allow-list plus what the caller adds), the working directory a
   private copy of the submitted tree that is also ``HOME`` and ``TMPDIR``;
@@ -59,7 +61,7 @@ from grader.child.channel import (
     pin_pools,
 )
 from grader.config import PhaseLimit
-from grader.confinement import ChildConfinement
+from grader.confinement import ChildConfinement, unconfined
 
 # The thread-pool variables of every native library a child may load; each is set to the
 # child's pool size, so no pool is sized by the host's core count.
@@ -462,7 +464,8 @@ class ChildProcess:
                 messages, broken = exc.messages, exc
             received = time.perf_counter()
             if messages and self.confinement is not None and not self.messages:
-                broken_rule = self._unconfined()
+                # The kernel's view of the child, never its word (`unconfined`).
+                broken_rule = unconfined(self.proc.pid)
                 if broken_rule:
                     self.tamper(broken_rule)
                     return
@@ -482,21 +485,6 @@ class ChildProcess:
                 self.tamper(f"sent a frame that is not the harness's on its result channel: "
                             f"{broken}")
                 return
-
-    def _unconfined(self) -> str:
-        """Why the child's first message comes from a process that is not confined ("" when it
-        is): the kernel's own view of it, read by the parent (``/proc/<pid>/status``), never the
-        child's word."""
-        assert self.proc is not None
-        status = _read_proc(self.proc.pid, "status") or ""
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        seccomp = fields.get("Seccomp", "").strip()
-        no_new_privs = fields.get("NoNewPrivs", "").strip()
-        if seccomp == "2" and no_new_privs == "1":
-            return ""
-        return (f"its process is not confined (Seccomp {seccomp or '?'}, NoNewPrivs "
-                f"{no_new_privs or '?'}; the bootstrap installs a filter and sets no_new_privs "
-                "before the harness runs)")
 
     def _task_limit(self) -> tuple[int, str]:
         limits = self.limits
