@@ -461,21 +461,18 @@ def draw_round(torch: Any, inputs: dict[str, Any], bounds: Sequence[float], seed
 def compare(torch: Any, got: dict[str, Any], want: dict[str, Any],
             budget: dict[str, float]) -> Any:
     """Utilisations [forward, grad_x, grad_conv, grad_fc1, grad_fc2] of ``got``'s evidence
-    against ``want``'s, as a device tensor.
+    against ``want``'s, as a device tensor: the gate's own formulas (`grader.child.comparison`,
+    which `grader.checks` uses too), so a timed check and the gate's give the same number.
 
-    Forward: max |got − want| / (atol + rtol·|want|); gradients: ‖got − want‖₂/‖want‖₂ / grad_rel.
-    Non-finite values give inf.
+    Forward: max |got − want| / (atol + rtol·|want|); gradients: ‖got − want‖₂/‖want‖₂ / grad_rel
+    (the norm floored). Non-finite values give inf.
     """
-    f32, f64 = torch.float32, torch.float64
-    a, b = got["out"].to(f32), want["out"].to(f32)
-    fwd = ((a - b).abs() / (budget["forward_atol"] + budget["forward_rtol"] * b.abs())).amax()
-    fwd = torch.where(torch.isfinite(a).all(), fwd, torch.full_like(fwd, float("inf")))
-    utils = [fwd.to(f64)]
+    from grader.child.comparison import forward_utilisation, rel_l2_error
+
+    utils = [forward_utilisation(torch, got["out"], want["out"], budget["forward_atol"],
+                                 budget["forward_rtol"])]
     for key in EVIDENCE[1:5]:
-        g64, w64 = got[key].to(f64), want[key].to(f64)
-        rel = torch.linalg.vector_norm(g64 - w64) / torch.linalg.vector_norm(w64).clamp_min(1e-300)
-        rel = torch.where(torch.isfinite(g64).all(), rel, torch.full_like(rel, float("inf")))
-        utils.append(rel / budget["grad_rel"])
+        utils.append(rel_l2_error(torch, got[key], want[key]) / budget["grad_rel"])
     return torch.stack(utils)
 
 
