@@ -203,7 +203,8 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
                                           expansion=config.block.expansion, rounds=prof.rounds,
                                           alone_rounds=prof.alone_rounds,
                                           dry_run=dry_run_on_cpu,
-                                          process_sd=prof.process_sd))
+                                          process_sd=prof.process_sd,
+                                          baseline_bound=prof.baseline_drift))
         else:
             not_timed = ShapeTiming(label=shape.label, score=0.0,
                                     status=TimingStatus.NOT_TIMED.value,

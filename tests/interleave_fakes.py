@@ -78,6 +78,8 @@ class Script:
     Attributes:
         windows: Per block, the event window of every interleaved step (ms).
         alone: Per baseline, its window timed alone (default: ``windows``).
+        alone_after: Per baseline, its window timed alone after the interleaved rounds
+            (default: ``alone``).
         overhead_ms: A step's wall on the parent's clock is its window plus this.
         read_ms: The parent's clock moves this much while a poll hands over what it read (after
             the messages were stamped).
@@ -106,6 +108,7 @@ class Script:
 
     windows: dict[str, float] = field(default_factory=lambda: dict(WINDOWS))
     alone: dict[str, float] | None = None
+    alone_after: dict[str, float] | None = None
     overhead_ms: float = OVERHEAD_MS
     read_ms: float = 0.5
     sub_wall_extra_ms: float = 0.0
@@ -299,7 +302,9 @@ class FakeChild:
             alone = not script.loaded or script.finished
             # A calibration step is the harness's plain block in the submission's process.
             timed = "plain" if name == "cal" else name
-            window = (script.alone or script.windows)[timed] if alone else script.windows[timed]
+            alone_ms = (script.alone_after if script.finished and script.alone_after else
+                        script.alone or script.windows)
+            window = alone_ms[timed] if alone else script.windows[timed]
             wall = window + script.overhead_ms
             if name not in ("sub", "cal"):
                 if command.get("held"):

@@ -627,6 +627,32 @@ def test_baselines_slower_interleaved_than_alone_void_the_grade(monkeypatch, ws,
                   "submission", "(+25.0%", "regrade")
 
 
+@pytest.mark.parametrize(("interleaved", "after", "status"), [
+    # A second context of the submission's spins through the interleaved rounds (the baselines
+    # 4% slower) and through the alone rounds after them (10% slower): the old bound, 3x the
+    # before/after span, grew to 30% and let it pass; the fixed bound does not grow.
+    (1.04, 1.10, "void"),
+    # The after rounds are information only: however far they moved, interleaved within 3% of
+    # before is not void.
+    (1.02, 1.30, "ok"),
+    (0.96, 1.00, "void"),
+])
+def test_the_baselines_are_held_to_a_fixed_bound_around_their_alone_times_before(
+        monkeypatch, ws, interleaved, after, status) -> None:
+    """corpus_timing/second_context_spinner's rule, on fake numbers (its spinner needs a GPU)."""
+    alone = {"plain": 6.0, "ref": 3.0}
+    windows = {"plain": 6.0 * interleaved, "ref": 3.0, "sub": 2.0}
+    install(monkeypatch, Script(windows=windows, alone=alone,
+                                alone_after={"plain": 6.0 * after, "ref": 3.0}))
+    report = run(ws)
+    if status == "ok":
+        assert report.status == "ok", report.reason
+        assert report.shapes[0].t_plain_alone_ms == pytest.approx(6.0)
+        return
+    assert_failed(report, "void", f"{LABELS[0]}: plain took", "alone before it was imported",
+                  f"({interleaved - 1:+.1%}, limit ±3.0%", "information only", "regrade")
+
+
 # ----------------------------------------------------------------------------- checks and rules
 
 
