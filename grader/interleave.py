@@ -15,7 +15,8 @@ alone) through one command at a time each, and measures every step by its own cl
    the grade is void (`grader.timing`).
 3. The submission process maps the slab, imports ``solution`` and builds a block per shape.
 4. **Interleaved**: per shape, warm-up rounds; then every shape's timed rounds, in visits of
-   one cycle of the Williams orders, the shapes in turns. A round: ``fill`` (the baselines
+   one cycle of the Williams orders, the shapes in turns; which order of the cycle a round gets
+   is drawn when it starts (`grader.orders.RoundOrders`). A round: ``fill`` (the baselines
    process draws the round's values from a seed the parent takes from the OS only now), then for
    each block in the round's order ``flush`` (the L2, by the process that does not own the
    block) and ``go`` to the process that owns it, then ``check`` (the baselines process
@@ -70,7 +71,7 @@ from grader import telemetry
 from grader.child.hold import DEFAULT_HOST_WAIT, HoldPage, host_wait_flag
 from grader.config import DeadlineRule, Profile, ScoringConfig
 from grader.conversation import Child, Stop
-from grader.orders import williams_orders
+from grader.orders import RoundOrders, williams_orders
 from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Outcome
 
 CHILD_DIR = Path(__file__).resolve().parent / "child"
@@ -633,24 +634,30 @@ def _drive(run: _Run) -> None:
 
     loaded, _ = sub.ask({"cmd": "load"}, "loaded", "importing solution.py")
     out.load_s = _number(loaded, "seconds")
+    # Every round's order is drawn when it starts, from the OS's randomness in this process
+    # (`grader.orders.RoundOrders`): a shape's timed rounds are its whole cycles of orders all
+    # the same, and nothing in the submission's process can know which step follows its own.
+    warm = [RoundOrders(BLOCKS) for _ in range(n)]
+    timed = [RoundOrders(BLOCKS) for _ in range(n)]
     for index in range(n):
         label = _label(profile, index)
         sub.ask({"cmd": "build", "shape": index}, "built", f"building the block of {label}")
         run.progress(f"warming up {index + 1}/{n} {label}")
         run.snapshot(f"before {label}")
         for r in range(profile.warmup):
-            run.round(index, ORDERS[r % VISIT_ROUNDS], timed=False, alone=False, label=label,
+            run.round(index, warm[index].draw(), timed=False, alone=False, label=label,
                       hold=r > 0)
     # One untimed round each, in the visiting order: the caching allocators have then seen every
     # shape's steps after another shape's.
     for index in range(n):
-        run.round(index, ORDERS[0], timed=False, alone=False, label=_label(profile, index))
+        run.round(index, warm[index].draw(), timed=False, alone=False,
+                  label=_label(profile, index))
     run.audit("the warm-ups")
     visits = -(-profile.rounds // VISIT_ROUNDS)
     for visit in range(visits):
         for index in range(n):
-            for t in range(min(VISIT_ROUNDS, profile.rounds - visit * VISIT_ROUNDS)):
-                run.round(index, ORDERS[(visit + t) % VISIT_ROUNDS], timed=True, alone=False,
+            for _ in range(min(VISIT_ROUNDS, profile.rounds - visit * VISIT_ROUNDS)):
+                run.round(index, timed[index].draw(), timed=True, alone=False,
                           label=_label(profile, index))
         run.audit(f"timed visit {visit + 1}")
         if visit in (0, visits - 1):

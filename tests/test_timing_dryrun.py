@@ -46,6 +46,10 @@ def triton_cache(tmp_path_factory):
         ("borrows_reference_kernels", "ok", ""),
         ("forges_channel_results", "rule_broken", "channel-tampering"),
         ("slows_baselines_via_autograd_hook", "rule_broken", "global-state"),
+        # Set in one step, put back in the next: seen at the first step's end. Every audit
+        # here comes after an even number of its steps (4 in the warm-ups, 12 per visit), so
+        # the audits alone find the flag as it was.
+        ("toggles_flags_inside_step", "rule_broken", "global-state: float32_matmul_precision"),
     ],
 )
 def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_cache) -> None:

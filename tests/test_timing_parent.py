@@ -7,11 +7,14 @@ The children are fakes (tests/interleave_fakes.py) that answer each command as t
 from __future__ import annotations
 
 import dataclasses
+import types
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from interleave_fakes import End, Script, apart, batch, done, install, on
 
+from grader import orders
 from grader.child.hold import DEFAULT_HOST_WAIT, set_host_wait
 from grader.config import Profile, Shape, load_config
 from grader.orders import williams_orders
@@ -150,12 +153,12 @@ def expected_commands(profile: Profile) -> list[tuple[str, str]]:
         for r in range(profile.warmup):
             round_(i, ORDERS[r % 6])
     for i in range(n):
-        round_(i, ORDERS[0])
+        round_(i, ORDERS[profile.warmup % 6])
     out += [("baselines", "collect"), ("submission", "audit the warm-ups")]
     for visit in range(profile.rounds // 6):
         for i in range(n):
             for t in range(6):
-                round_(i, ORDERS[(visit + t) % 6])
+                round_(i, ORDERS[t])
         out += [("baselines", "collect"), ("submission", f"audit timed visit {visit + 1}")]
     out.append(("submission", "memory"))
     # The other half of the alone rounds, then a last audit.
@@ -177,6 +180,8 @@ def test_commands_follow_the_protocol_in_order(monkeypatch, ws) -> None:
     block a flush by the other process and the block's go, then the check."""
     profile = dataclasses.replace(PROFILE, rounds=12, warmup=2)
     script = install(monkeypatch)
+    # Each round's order drawn as the first of the cycle's left: the cycle in its own order.
+    monkeypatch.setattr(orders, "secrets", types.SimpleNamespace(randbelow=lambda n: 0))
     report = run(ws, profile)
     assert report.status == "ok", report.reason
     got = [(who, token(c)) for who, c in script.log]
@@ -198,6 +203,46 @@ def test_commands_follow_the_protocol_in_order(monkeypatch, ws) -> None:
     # Fresh values every round, from a seed drawn then.
     seeds = [c["seed"] for c in script.commands("baselines", "fill")]
     assert len(set(seeds)) == len(seeds)
+
+
+def round_orders(script) -> list[tuple[int, tuple[str, ...]]]:
+    """Every round with the submission in it: (shape, the order of its steps)."""
+    rounds: list[tuple[int, list[str]]] = []
+    for _who, c in script.log:
+        if c["cmd"] == "fill":
+            rounds.append((c["shape"], []))
+        elif c["cmd"] == "go" and rounds:
+            rounds[-1][1].append(c["block"])
+    return [(shape, tuple(order)) for shape, order in rounds if "sub" in order]
+
+
+def test_each_rounds_order_is_drawn_when_it_starts_and_the_cycles_stay_balanced(
+        monkeypatch, ws) -> None:
+    """corpus_timing/predicts_round_order's defence: the orders are drawn from the parent's
+    randomness (`grader.orders.RoundOrders`), not rotated as every process could compute; every
+    visit of a shape is still one whole Williams cycle, so carry-over stays balanced."""
+    profile = dataclasses.replace(PROFILE, rounds=24)
+    draws: list[int] = []
+
+    def randbelow(n: int) -> int:
+        draws.append(n)
+        return orders.secrets.SystemRandom().randrange(n)
+
+    monkeypatch.setattr(orders, "secrets", types.SimpleNamespace(
+        randbelow=randbelow, SystemRandom=__import__("secrets").SystemRandom))
+    script = install(monkeypatch)
+    report = run(ws, profile)
+    assert report.status == "ok", report.reason
+    warm = len(SHAPES) * (profile.warmup + 1)
+    timed = round_orders(script)[warm:]
+    assert len(timed) == len(SHAPES) * profile.rounds and len(draws) == len(timed) + warm
+    for shape in range(len(SHAPES)):
+        mine = [order for s, order in timed if s == shape]
+        for visit in range(profile.rounds // 6):
+            assert Counter(mine[6 * visit:6 * visit + 6]) == Counter(ORDERS), (shape, visit)
+    # Not the rotation anyone could compute (a chance of 1 in 720 per visit, four visits).
+    rotated = [ORDERS[(v + t) % 6] for v in range(profile.rounds // 6) for t in range(6)]
+    assert [o for s, o in timed if s == 0] != rotated
 
 
 def test_timed_rounds_visit_the_shapes_in_turn(monkeypatch, ws) -> None:

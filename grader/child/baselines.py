@@ -205,11 +205,15 @@ def main() -> int:
             if command.get("held") and hold is None:
                 channel.send("failure", kind="harness", reason="a held step without a hold")
                 return ChildExit.HARNESS_ERROR
+            # The same state checks at the step's boundaries as the submission's process runs
+            # (findings unread here): what they cost a step is the same for every block.
+            guard.check_state(f"before {name}#{number}")
             step = run_step(torch, timer, st.blocks[name], st.params[name], st.shared,
                             st.evidence[name],
                             around=lambda record=record, mark=mark: watched(guard, record, mark),
                             hold=hold if command.get("held") else None, step=number,
                             armed=lambda number=number: channel.send("armed", step=number))
+            guard.check_state(f"{name}#{number}")
             guard.findings.clear()  # unread here; kept from growing
             channel.send("done", step=number, window_ms=step.window_ms, tail_ms=step.tail_ms)
         elif cmd == "check":

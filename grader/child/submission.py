@@ -179,10 +179,15 @@ class Sensor:
         # with the commitment to its range's nonce before it runs, read at the next audit.
         mark = self.census.mark(f"step:{label}#{number}")
         self.channel.send("census", label=mark.label, commit=mark.commit)
+        # The global state at both boundaries of every step, not only at the audits: a flag
+        # changed inside a step and put back before the next audit is still seen (a finding
+        # goes out before ``done``, so the parent never times the step).
+        self.guard.check_state(f"before {label}#{number}")
         step = run_step(torch, self.timer, block, params, self.views[index], self.views[index],
                         around=lambda: watched(self.guard, record, mark),
                         hold=self.hold if held else None, step=number,
                         armed=lambda: self.channel.send("armed", step=number))
+        self.guard.check_state(f"{label}#{number}")
         if not calibration:
             self.launches.append((label, [(k.name, k.file) for k in record.launches]))
         self.channel.send("done", step=number, window_ms=step.window_ms, tail_ms=step.tail_ms)
