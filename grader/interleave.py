@@ -71,13 +71,12 @@ from grader import telemetry
 from grader.child.hold import DEFAULT_HOST_WAIT, HoldPage, host_wait_flag
 from grader.config import DeadlineRule, Profile, ScoringConfig
 from grader.conversation import Child, Stop
+from grader.measurements import BASELINES, BLOCKS, Interleaved, ShapeRaw
 from grader.orders import RoundOrders, williams_orders
 from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Outcome
 
 CHILD_DIR = Path(__file__).resolve().parent / "child"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BLOCKS = ("plain", "ref", "sub")
-BASELINES = ("plain", "ref")
 ORDERS = williams_orders(BLOCKS)
 VISIT_ROUNDS = len(ORDERS)
 # Orders of the baselines timed alone: each first half the time.
@@ -98,69 +97,6 @@ UTIL_KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")
 # step in 2-3 ms on an H200's host (bench/step_anatomy.py).
 HOLD_RELEASE_S = 0.25
 SHM_DIR = Path("/dev/shm")
-
-
-@dataclass
-class ShapeRaw:
-    """What was measured of one shape.
-
-    Attributes:
-        window_ms: Per block, per timed round: the child's event window (start → device idle).
-        tail_ms: Per block, per round: the step returned → device idle.
-        wall_ms: Per block, per round: the parent's ``go`` → ``done``.
-        alone_ms: Per baseline: event windows of its rounds timed alone (half before the
-            submission's process imported anything, half after the interleaved rounds), in the
-            order taken.
-        calibration_ms: The submission's process's steps of the harness's own block before the
-            import: each one's parent's wall less its event window.
-        util: Per round, [ref row, sub row]: utilisation of [forward, grad_x, conv, fc1, fc2]
-            against plain, from the baselines process.
-        oracle_util: The submission's worst utilisation in the rounds held to the fp64 oracle.
-    """
-
-    window_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
-    tail_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
-    wall_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
-    alone_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BASELINES})
-    calibration_ms: list[float] = field(default_factory=list)
-    util: list[list[list[float]]] = field(default_factory=list)
-    oracle_util: list[float] = field(default_factory=list)
-
-
-@dataclass
-class Interleaved:
-    """The whole run: per-shape measurements, how it ended, what the children said.
-
-    Attributes:
-        shapes: One `ShapeRaw` per profile shape (empty lists where not reached).
-        status: ``ok`` or a `grader.timing.TimingStatus` value.
-        reason: Why not ok.
-        device: The baselines process's ``ready`` facts about the GPU.
-        snapshots: GPU telemetry around the phases.
-        baselines, submission: How each child ended.
-        memory: The submission process's ``memory`` message (with how its GPU memory was read,
-            ``accounting``).
-        handshake_ms: Per process, the parent's round trip of an empty command (median).
-        command_s: Per process and command: [how many, the parent's seconds waiting on them].
-        load_s: Seconds the submission's import took.
-        hold: How the steps were timed: ``held``, or ``unheld: <why>``.
-        host_wait: Per process, how its host waits for the device in a synchronization
-            (`grader.child.hold.set_host_wait`: the wait asked for, or ``auto: <why not>``).
-    """
-
-    shapes: list[ShapeRaw]
-    status: str = "ok"
-    reason: str = ""
-    device: dict[str, Any] = field(default_factory=dict)
-    snapshots: list[telemetry.GpuSnapshot] = field(default_factory=list)
-    baselines: ChildResult | None = None
-    submission: ChildResult | None = None
-    memory: dict[str, Any] = field(default_factory=dict)
-    handshake_ms: dict[str, float] = field(default_factory=dict)
-    command_s: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    load_s: float | None = None
-    hold: str = "unheld: not started"
-    host_wait: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -675,5 +611,6 @@ def _drive(run: _Run) -> None:
     base.leftover()
 
 
-__all__ = ["BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "Started", "as_util",
-           "cancel_interleaved", "finish_interleaved", "run_interleaved", "start_interleaved"]
+__all__ = ["BASELINES", "BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "Started",
+           "as_util", "cancel_interleaved", "finish_interleaved", "run_interleaved",
+           "start_interleaved"]
