@@ -256,12 +256,24 @@ class Timing:
     profiles: dict[str, Profile]
     official: str = "l4"
     fallback: str = "smoke"
+    # The trusted probe of the device (`grader.child.steps.Timer.probe`, in the baselines
+    # process) before every step and after every step of the submission's process: a kernel of
+    # its own that runs within ``probe_idle_ms`` of its launch, twice running, says no other
+    # context holds the GPU; one still busy after ``probe_limit_s`` voids the grade; and
+    # ``busy_reruns`` rounds run again because the device was found busy before a step void it.
+    probe_idle_ms: float = 0.25
+    probe_limit_s: float = 5.0
+    busy_reruns: int = 3
 
     def __post_init__(self) -> None:
         for key in ("official", "fallback"):
             name = getattr(self, key)
             if name not in self.profiles:
                 _invalid(key, f"{name!r} is not a profile ({sorted(self.profiles)})")
+        _positive("probe_idle_ms", self.probe_idle_ms)
+        _positive("probe_limit_s", self.probe_limit_s)
+        if self.busy_reruns < 0:
+            _invalid("busy_reruns", f"must be ≥ 0, got {self.busy_reruns!r}")
 
     def profile_for_gpu(self, gpu_name: str | None) -> str:
         """The default profile for a GPU name (first whose ``gpus`` entry is in it)."""

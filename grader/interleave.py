@@ -126,6 +126,8 @@ class _Run:
     pages: dict[str, HoldPage] = field(default_factory=dict)
     # Per (block, shape): its held steps released before they were armed.
     late: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
+    # The round in progress found the device busy before one of its steps (`found_idle`).
+    rerun: bool = False
 
     def release(self, child: Child, step: int) -> None:
         """Release ``child``'s held step ``step``: write its number to the child's page. The page
@@ -142,34 +144,82 @@ class _Run:
     def step(self, child: Child, command: dict[str, Any], what: str, work: float,
              index: int, held: bool) -> tuple[dict[str, Any], float, bool]:
         """One step, ``held`` or not: its ``done`` answer, the parent's wall in ms, and whether a
-        held step was armed before its release (False: `HOLD_RELEASE_S` ran out first)."""
-        if not held:
-            message, wall = child.ask(command, "done", what, work)
-            return message, wall, True
-        step = int(command["step"])
-        if child is self.sub:
-            self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed", f"{what}: scrub", work)
-        sent = child.send(command | {"held": True})
+        held step was armed before its release (False: `HOLD_RELEASE_S` ran out first).
+
+        A step of the submission's process ends on the parent's clock only once the trusted
+        probe found the device free of its work (`drain`): its wall runs from the ``go`` or the
+        release to then, not to a ``done`` it may have sent before its work finished."""
         early: list[float] = []
+        if not held:
+            start = child.send(command)
+            message = child.wait("done", what, work)
+            child.spent_on(command, start)
+        else:
+            step = int(command["step"])
+            if child is self.sub:
+                self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed", f"{what}: scrub",
+                              work)
+            sent = child.send(command | {"held": True})
 
-        def late() -> None:
-            early.append(time.perf_counter())
-            self.release(child, step)
+            def late() -> None:
+                early.append(time.perf_counter())
+                self.release(child, step)
 
-        armed = child.wait("armed", f"{what} (enqueueing)", work, HOLD_RELEASE_S, late)
-        if armed.get("step") != step:
-            child.process.tamper(f"armed step {armed.get('step')!r} for step {step}")
-            raise child.stop()
+            armed = child.wait("armed", f"{what} (enqueueing)", work, HOLD_RELEASE_S, late)
+            if armed.get("step") != step:
+                child.process.tamper(f"armed step {armed.get('step')!r} for step {step}")
+                raise child.stop()
+            if child is self.sub:
+                restored, _ = self.base.ask({"cmd": "restore", "shape": index}, "restored",
+                                            f"{what}: the values back", work)
+                self.found_idle(restored, what)
+            start = time.perf_counter()
+            if not early:
+                self.release(child, step)
+            message = child.wait("done", what, work)
+            child.spent_on(command, sent)
+            start = early[0] if early else start
+        end = float(message.get("_received", start))
         if child is self.sub:
-            self.base.ask({"cmd": "restore", "shape": index}, "restored",
-                          f"{what}: the values back", work)
-        start = time.perf_counter()
-        if not early:
-            self.release(child, step)
-        message = child.wait("done", what, work)
-        child.spent_on(command, sent)
-        wall = 1e3 * (float(message.get("_received", start)) - (early[0] if early else start))
-        return message, wall, not early
+            end = self.drain(what, work)
+        return message, 1e3 * (end - start), not early
+
+    def drain(self, what: str, work: float) -> float:
+        """After a step of the submission's process: stop it, and have the baselines process
+        probe the device until the step's GPU work is done (`grader.child.steps.Timer.probe`);
+        the parent's clock when the probe answered. A device not idle within the probe's limit
+        voids the grade: the parent cannot tell the submission's own spinner from a neighbour."""
+        self.sub.pause()
+        probed, _ = self.base.ask({"cmd": "probe"}, "probed", f"{what}: the device idle again",
+                                  work)
+        busy = _number(probed, "busy_ms")
+        if probed.get("idle") is not True:
+            raise Stop("void", f"the GPU was still busy {busy:.4g} ms after {what} (work of "
+                       "the submission's process, a second CUDA context of its own say, or "
+                       "another process on the GPU): nothing here can be timed; regrade")
+        self.out.drain_ms.append(busy)
+        return float(probed.get("_received", time.perf_counter()))
+
+    def found_idle(self, message: dict[str, Any], what: str) -> None:
+        """The probe before a step (the baselines' ``flush`` or ``restore``): the device must be
+        free of work nobody trusted started. The submission's process is stopped and its last
+        step drained, so busy here is work it left to start later, or a neighbour's: the round
+        runs again (`rerun`), and more than the config's ``busy_reruns`` such rounds void the
+        grade."""
+        busy = _number(message, "busy_ms")
+        if message.get("idle") is not True:
+            raise Stop("void", f"the GPU was still busy {busy:.4g} ms before {what} with work "
+                       "nobody trusted started: nothing here can be timed; regrade")
+        if busy > 0:
+            self.out.busy_ms.append(busy)
+            self.rerun = True
+            if len(self.out.busy_ms) > self.config.timing.busy_reruns:
+                raise Stop("void", f"the GPU was busy with work nobody trusted started (the "
+                           f"submission's process stopped, its steps drained) before "
+                           f"{len(self.out.busy_ms)} steps, limit "
+                           f"{self.config.timing.busy_reruns} (last: {busy:.3g} ms before "
+                           f"{what}): work left to start later, or another process on the GPU; "
+                           "regrade")
 
     def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
               label: str, hold: bool = True) -> None:
@@ -188,17 +238,21 @@ class _Run:
                       f"drawing the values of {label}", work)
         samples: list[tuple[str, float, float, float]] = []
         held = self.held and hold
+        self.rerun = False
         for name in order:
             child = self.sub if name in ("sub", "cal") else self.base
-            # The L2 is flushed by the *other* process: every step then begins with the GPU
-            # switching to its process's context, whichever block it is. (With both flushes in
-            # the baselines process, the submission's steps alone paid the switch: 0.2-0.4 ms
-            # more outside their windows on an H200.) A flush the submission's process skips
-            # only warms the baselines' steps. A held step of the submission's process is
-            # flushed by the baselines' ``restore``, after its values are back.
-            flusher = self.base if child is self.sub else self.sub
+            # The device probed and the L2 flushed before every step by the baselines process,
+            # whichever block's (the submission's process is stopped meanwhile). A held step of
+            # the submission's process is probed and flushed by the baselines' ``restore``,
+            # after its values are back. (When the submission's process flushed before the
+            # baselines' steps, its synchronize there drained its own leftover work unseen; the
+            # steps of the submission's process now alone begin with a switch of the GPU's
+            # context, which its calibration steps pay too: `grader.timing.analyze_shape`.)
             if not (held and child is self.sub):
-                flusher.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
+                flushed, _ = self.base.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
+                self.found_idle(flushed, f"a step of {name} in {label}")
+                if self.rerun:
+                    return False  # the round runs again, from fresh values
             self.steps += 1
             command = {"cmd": "go", "shape": index, "block": name, "step": self.steps}
             if name == "sub":
@@ -230,6 +284,10 @@ class _Run:
                                      f"{HOLD_RELEASE_S:g} s (it waits on the GPU inside its "
                                      "step)")
                     self.progress(self.out.hold)
+                return False
+            if self.rerun:
+                # Found busy before this step (or the held step's restore): the round is not
+                # what it claims to be, and runs again (unchecked, untimed).
                 return False
             samples.append((name, _number(message, "window_ms"), _number(message, "tail_ms"),
                             wall))
@@ -418,6 +476,8 @@ def start_interleaved(
                            "grad_rel": b.grad_rel} for name, b in config.budgets.items()},
         "reference_module": reference_module,
         "host_wait": host_wait,
+        "probe_idle_ms": config.timing.probe_idle_ms,
+        "probe_limit_s": config.timing.probe_limit_s,
     }
     if device == "cpu":
         job["slab_path"] = str(workdir / "slab")
@@ -534,6 +594,7 @@ def _warm_baselines(run: _Run) -> None:
         page.path.unlink(missing_ok=True)
     # The sandbox counts the child's tasks and answers; only then may commands follow.
     sub.wait(ARM_EVENT, "warming up the timing child", 0.0)
+    sub.pause()  # from here on it runs only between a command of the parent's and its answer
     out.handshake_ms = {
         child.who: statistics.median(child.ask({"cmd": "ping"}, "pong", "a ping")[1]
                                      for _ in range(20))

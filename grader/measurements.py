@@ -61,6 +61,10 @@ class Interleaved:
         hold: How the steps were timed: ``held``, or ``unheld: <why>``.
         host_wait: Per process, how its host waits for the device in a synchronization
             (`grader.child.hold.set_host_wait`: the wait asked for, or ``auto: <why not>``).
+        drain_ms: After every step of the submission's process, how long the trusted probe
+            found the device still busy (its leftover GPU work, on that step's wall).
+        busy_ms: Each time the probe before a step found the device busy with work nobody
+            trusted started (that round ran again).
     """
 
     shapes: list[ShapeRaw]
@@ -76,6 +80,8 @@ class Interleaved:
     load_s: float | None = None
     hold: str = "unheld: not started"
     host_wait: dict[str, str] = field(default_factory=dict)
+    drain_ms: list[float] = field(default_factory=list)
+    busy_ms: list[float] = field(default_factory=list)
 
 
 __all__ = ["BASELINES", "BLOCKS", "Interleaved", "ShapeRaw"]

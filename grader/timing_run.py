@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -242,6 +243,14 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
             "handshake_ms": run.handshake_ms,
             "hold": run.hold,
             "host_wait": run.host_wait,
+            # The trusted probe (`grader.interleave._Run.drain`, `found_idle`): how long the
+            # device stayed busy after the submission's process's steps (on their walls), and
+            # what it found busy before a step (each such round ran again).
+            "probe": {"drain_ms_max": max(run.drain_ms, default=None),
+                      "drain_ms_median": (statistics.median(run.drain_ms) if run.drain_ms
+                                          else None),
+                      "drained_steps": sum(1 for b in run.drain_ms if b > 0),
+                      "busy_before_step_ms": run.busy_ms},
             "command_s": run.command_s,
             "step_overhead_ms": _overheads(run.shapes),
             "oracle_checks": {prof.shapes[i].label: {"rounds": len(raw.oracle_util),

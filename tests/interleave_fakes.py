@@ -104,6 +104,12 @@ class Script:
             ``overhead_ms`` after the parent's clock read then.
         waits_on_gpu: Held steps for which this is true answer ``armed`` only once released,
             as a step whose host waits on the GPU inside it.
+        busy: The trusted probe's finding, ms the device was busy: called with the baselines'
+            ``flush``, ``restore`` or ``probe`` command and the script (default: 0, idle). A
+            ``probe`` (after a step of the submission's process) is stamped that much after the
+            step's ``done``; None: not idle within the probe's limit.
+        signals: The parent's SIGSTOP ("stop") and SIGCONT ("cont") to the submission's
+            process, in order, each with the number of commands logged before it.
     """
 
     windows: dict[str, float] = field(default_factory=lambda: dict(WINDOWS))
@@ -131,6 +137,8 @@ class Script:
     held: bool = False
     arm_ms: float = 2.0
     waits_on_gpu: Callable[[dict[str, Any]], bool] | None = None
+    busy: Callable[[dict[str, Any], Script], float | None] | None = None
+    signals: list[tuple[str, int]] = field(default_factory=list)
 
     def randbelow(self, n: int) -> int:
         """The parent's draw of whether the round's check is the oracle's (0: it is); drawn once
@@ -178,6 +186,7 @@ class FakeChild:
         # A held step waiting for its release: its number, the messages then, its wall (ms).
         self._held: tuple[int, list[dict[str, Any]], float] | None = None
         self.released: list[int] = []  # the held steps released, in order
+        self.stopped = False  # by the parent's SIGSTOP (`pause`)
         # Its hold page, mapped at its start as the real child maps it (the parent then removes
         # the file).
         with open(self.job["hold_path"], "r+b") as f:
@@ -204,6 +213,8 @@ class FakeChild:
         if self.ended:
             return
         command = json.loads(text)
+        # The parent continues the submission's process before every command it sends it.
+        assert not self.stopped, f"{command['cmd']} sent to a stopped process"
         self.script.log.append((self.who, command))
         answer = self.script.hook(self.who, command, self.script) if self.script.hook else None
         if answer is None:
@@ -237,6 +248,17 @@ class FakeChild:
         if any(m.get("event") == "failure" for m in batch):
             self._failed = True
         return batch
+
+    def pause(self) -> None:
+        assert self.who == "submission", "only the submission's process is ever stopped"
+        assert not self.stopped, "stopped twice"
+        self.stopped = True
+        self.script.signals.append(("stop", len(self.script.log)))
+
+    def resume(self) -> None:
+        assert self.stopped, "continued without a stop"
+        self.stopped = False
+        self.script.signals.append(("cont", len(self.script.log)))
 
     def tamper(self, reason: str) -> None:
         if not self.ended:
@@ -296,7 +318,20 @@ class FakeChild:
         if cmd == "ping":
             return self.stamped({"event": "pong"}, 0.05)
         if cmd == "flush":
-            return [[{"event": "flushed"}]]
+            assert self.who == "baselines", "the L2 is flushed by the baselines process alone"
+            return [[{"event": "flushed", **self._probe(command)}]]
+        if cmd == "probe":
+            assert self.who == "baselines"
+            # The submission's process is stopped while its step's GPU work drains.
+            assert script.children["submission"].stopped
+            # Stamped the busy time after the step's ``done`` was stamped, as if the parent had
+            # sent the probe the moment it read ``done`` (its reading, `Script.read_ms`, is the
+            # fake's, and the probe's own round trip is left out): a wall then holds the
+            # step's window, `Script.overhead_ms` and what the probe found, nothing else.
+            found = self._probe(command)
+            sub = script.children["submission"]
+            last = max(float(m["_received"]) for m in sub.messages if m.get("event") == "done")
+            return [[{"event": "probed", **found, "_received": last + found["busy_ms"] / 1e3}]]
         if cmd == "go":
             name = command["block"]
             alone = not script.loaded or script.finished
@@ -336,6 +371,12 @@ class FakeChild:
         self._held = (int(command["step"]), [armed, *messages] if waits else messages, wall)
         return [] if waits else self.stamped(armed, self.script.arm_ms)
 
+    def _probe(self, command: dict[str, Any]) -> dict[str, Any]:
+        """The trusted probe's answer fields (`Script.busy`)."""
+        busy = self.script.busy(command, self.script) if self.script.busy else 0.0
+        return {"busy_ms": 5000.0, "idle": False} if busy is None else {"busy_ms": busy,
+                                                                        "idle": True}
+
     def _baselines(self, command: dict[str, Any]) -> Answer:
         cmd = command["cmd"]
         if cmd == "fill":
@@ -343,7 +384,7 @@ class FakeChild:
         if cmd == "scrub":
             return [[{"event": "scrubbed"}]]
         if cmd == "restore":
-            return [[{"event": "restored"}]]
+            return [[{"event": "restored", **self._probe(command)}]]
         if cmd == "collect":
             return [[{"event": "collected"}]]
         if cmd == "check":

@@ -124,9 +124,12 @@ def expected_commands(profile: Profile) -> list[tuple[str, str]]:
     def round_(i: int, order: tuple[str, ...]) -> None:
         out.append(("baselines", f"fill {i}"))
         for name in order:
-            owner, other = ("submission", "baselines") if name in ("sub", "cal") else \
-                ("baselines", "submission")
-            out.extend([(other, "flush"), (owner, f"go {i} {name}")])
+            # The device probed and the L2 flushed by the baselines process before every step;
+            # after a step of the submission's process, the device probed until its work is done.
+            owner = "submission" if name in ("sub", "cal") else "baselines"
+            out.extend([("baselines", "flush"), (owner, f"go {i} {name}")])
+            if owner == "submission":
+                out.append(("baselines", "probe"))
         out.append(("baselines", f"check {i} {'sub' in order}"))
 
     # The baselines alone, the submission's process only flushing (nothing imported).
@@ -268,7 +271,7 @@ def held_rounds(script) -> list[list[tuple[str, str]]]:
     for who, c in script.log:
         if c["cmd"] == "fill":
             rounds.append([])
-        if rounds and c["cmd"] in ("flush", "scrub", "restore", "go"):
+        if rounds and c["cmd"] in ("flush", "scrub", "restore", "go", "probe"):
             rounds[-1].append((who, token(c) + (" held" if c.get("held") else "")))
     return rounds
 
@@ -299,11 +302,12 @@ def test_held_steps_are_released_by_the_parent_once_their_values_are_back(monkey
                 continue
             assert t.endswith(" held"), r
             if who == "submission":
-                # scrub → go (armed) → restore; no flush of the other process before it.
+                # scrub → go (armed) → restore (probe, values, flush) → the drain's probe.
                 assert r[k - 1] == ("baselines", "scrub"), r
                 assert r[k + 1] == ("baselines", "restore"), r
+                assert r[k + 2] == ("baselines", "probe"), r
             else:
-                assert r[k - 1] == ("submission", "flush"), r
+                assert r[k - 1] == ("baselines", "flush"), r
     # Every held step was released, in order; the pages are gone at the end.
     for who, child in script.children.items():
         assert child.released == [c["step"] for w, c in script.log
@@ -482,24 +486,26 @@ def test_a_finding_breaks_the_rules(monkeypatch, ws, where) -> None:
 
 
 @pytest.mark.parametrize(
-    ("cmd", "answer", "sent", "waited"),
+    ("cmd", "answer", "reason"),
     [
-        # A repeat: the second done arrives while the parent waits for the next flush.
-        ("go", lambda c: apart(done(c), done(c)), "done", "flushed"),
+        # A repeat: the second done is read at the next step (the process is stopped from its
+        # first until then), as the answer to that step.
+        ("go", lambda c: apart(done(c), done(c)), "answered step"),
         # The old protocol's report.
-        ("go", batch({"event": "shape_done", "index": 0}), "shape_done", "done"),
+        ("go", batch({"event": "shape_done", "index": 0}),
+         "sent 'shape_done' while the parent waited for 'done'"),
         # Out of order: an answer to a command not sent.
-        ("flush", batch({"event": "audited", "steps": []}), "audited", "flushed"),
-        ("audit", batch({"event": "memory", "held_bytes": 0}), "memory", "audited"),
+        ("build", batch({"event": "audited", "steps": []}),
+         "sent 'audited' while the parent waited for 'built'"),
+        ("audit", batch({"event": "memory", "held_bytes": 0}),
+         "sent 'memory' while the parent waited for 'audited'"),
     ],
 )
 def test_a_message_the_parent_does_not_expect_ends_the_child_as_tampered(
-        monkeypatch, ws, cmd, answer, sent, waited) -> None:
+        monkeypatch, ws, cmd, answer, reason) -> None:
     install(monkeypatch, Script(hook=on("submission", cmd, answer, nth=2)))
     report = run(ws)
-    assert_failed(report, "rule_broken",
-                  f"channel-tampering: the timing child sent {sent!r} while the parent waited "
-                  f"for {waited!r}")
+    assert_failed(report, "rule_broken", f"channel-tampering: the timing child {reason}")
     assert report.telemetry["child_outcome"] == "tampered"
 
 
@@ -850,3 +856,125 @@ def test_a_failure_written_just_before_the_exit_is_read(monkeypatch, ws) -> None
         last=({"event": "failure", "kind": "load", "reason": "importing the submission raised "
                "ImportError('boom')"},)))))
     assert_failed(run(ws), "crashed", "importing the submission raised ImportError('boom')")
+
+
+# ----------------------------------------------------------------------------- between the steps
+
+
+def stopped_at(script) -> list[bool]:
+    """For each logged command: whether the submission's process was stopped when it was sent
+    (the parent's SIGSTOP and SIGCONT, `Script.signals`, replayed over the log)."""
+    marks = sorted(script.signals, key=lambda s: s[1])
+    state, out, k = False, [], 0
+    for index in range(len(script.log)):
+        while k < len(marks) and marks[k][1] <= index:
+            state = marks[k][0] == "stop"
+            k += 1
+        out.append(state)
+    return out
+
+
+def test_the_submissions_process_is_stopped_whenever_it_owes_no_answer(monkeypatch,
+                                                                         ws) -> None:
+    """From its arming on, the submission's process is stopped (SIGSTOP) from each answer it owes
+    to the parent's next command to it (SIGCONT just before it is written): every command of the
+    baselines process, the flushes, probes, fills and checks included, and every baseline's
+    step, runs while it cannot run or enqueue anything; but a held step's ``restore``, sent while
+    that step is armed (its host inside the step, waiting on the GPU for the release). The fake
+    asserts no command reaches it stopped."""
+    script = install(monkeypatch, Script(held=True))
+    report = run(ws)
+    assert report.status == "ok", report.reason
+    stopped = stopped_at(script)
+    first = next(k for k, (who, _) in enumerate(script.log) if who == "baselines"
+                 and script.signals and k >= script.signals[0][1])
+    for k, (who, command) in enumerate(script.log):
+        if who == "baselines" and k >= first and command["cmd"] not in ("end", "restore"):
+            assert stopped[k], (k, command)
+    kinds = [kind for kind, _ in script.signals]
+    assert kinds[0] == "stop" and all(a != b for a, b in zip(kinds, kinds[1:], strict=False))
+    # One SIGCONT per command sent after its arming (the pings before it are answered running).
+    sent = sum(1 for k, (who, _) in enumerate(script.log)
+               if who == "submission" and k >= script.signals[0][1])
+    assert kinds.count("cont") == sent
+
+
+def drains(ms: float, which=lambda n: True):
+    """A `Script.busy` that finds the device busy ``ms`` after the submission's timed steps
+    ``which`` (numbered from 0 over its timed steps), idle everywhere else."""
+    seen = {"n": -1}
+    untimed = len(SHAPES) * (PROFILE.warmup + 1)
+
+    def busy(command, script) -> float:
+        if command["cmd"] != "probe":
+            return 0.0
+        last = script.commands("submission", "go")[-1]
+        if last["block"] != "sub":
+            return 0.0
+        seen["n"] += 1
+        return ms if seen["n"] >= untimed and which(seen["n"] - untimed) else 0.0
+
+    return busy
+
+
+def test_work_left_running_after_done_is_on_the_steps_wall(monkeypatch, ws) -> None:
+    """corpus_timing/ends_window_early_via_harness's rule: a ``done`` sent before the step's GPU
+    work finished (the harness's writer used mid-step, its own ``done`` dropped). The parent
+    stops the process and the trusted probe finds the device busy 4 ms more: the step's wall
+    runs to the probe's answer, so one such step is timed by the wall ..."""
+    install(monkeypatch, Script(busy=drains(4.0, lambda n: n == 0)))
+    report = run(ws)
+    assert report.status == "ok", report.reason
+    shape = report.shapes[0]
+    assert shape.clock_disagreements == 1
+    assert shape.samples.sub_ms[0] == pytest.approx(2.0 + 0.3 + 4.0 - 0.35)
+    assert shape.samples.sub_ms[1:] == pytest.approx((2.0,) * 5)
+    assert report.telemetry["probe"]["drain_ms_max"] == pytest.approx(4.0)
+    assert report.telemetry["probe"]["drained_steps"] == 1
+
+
+def test_work_left_running_after_every_done_is_implausible(monkeypatch, ws) -> None:
+    """... and every step ending that way is a lie about time (wall − window above both
+    baselines' in the same rounds in more than 25% of the steps)."""
+    install(monkeypatch, Script(busy=drains(4.0)))
+    assert_failed(run(ws), "implausible", "left more of the parent's go → done unaccounted",
+                  "in 6 of 6 steps")
+
+
+def test_a_device_busy_before_a_step_runs_the_round_again(monkeypatch, ws) -> None:
+    """corpus_timing/serves_baseline_flush and second_context_spinner's rule: the probe before
+    a step (the baselines' flush, or restore) finds work nobody trusted started, with the
+    submission's process stopped and its last step drained: the round runs again from fresh
+    values; the run is scored on whole rounds."""
+    found = {"n": 0}
+
+    def busy(command, script) -> float:
+        if command["cmd"] != "flush" or not script.loaded:
+            return 0.0
+        found["n"] += 1
+        return 1.5 if found["n"] in (7, 20) else 0.0
+
+    script = install(monkeypatch, Script(busy=busy))
+    report = run(ws)
+    assert report.status == "ok", report.reason
+    assert report.telemetry["probe"]["busy_before_step_ms"] == [1.5, 1.5]
+    assert [len(s.samples.sub_ms) for s in report.shapes] == [PROFILE.rounds] * 2
+    # Two rounds more than without, each begun again with a fill; one check per whole round.
+    fills = script.commands("baselines", "fill")
+    checks = script.commands("baselines", "check")
+    assert len(fills) == len(checks) + 2
+
+
+@pytest.mark.parametrize(("busy", "reason"), [
+    # Busy before more steps than the config allows (3).
+    (lambda c, s: 1.0 if c["cmd"] == "flush" and s.loaded else 0.0,
+     "the GPU was busy with work nobody trusted started"),
+    # Never idle after a step of the submission's (a spinner that outlives the probe's limit).
+    (lambda c, s: None if c["cmd"] == "probe" and s.loaded else 0.0,
+     "the GPU was still busy 5000 ms after a step of sub"),
+    (lambda c, s: None if c["cmd"] == "restore" else 0.0, "the GPU was still busy 5000 ms "
+     "before a step of"),
+])
+def test_a_device_that_stays_busy_voids_the_grade(monkeypatch, ws, busy, reason) -> None:
+    install(monkeypatch, Script(busy=busy, held=True))
+    assert_failed(run(ws), "void", reason, "regrade")

@@ -66,7 +66,6 @@ from grader.child.steps import (  # noqa: E402
     block_params,
     commands,
     device_facts,
-    flush_buffer,
     foreign_bytes,
     region_view,
     run_main,
@@ -112,8 +111,6 @@ class Sensor:
         self.timers = timers
         self.rules = rules
         self.device = job["device"]
-        # Before the memory baseline below: the harness's buffer is not the submission's.
-        self.flush_buf = flush_buffer(torch, self.device)
         self.timer = Timer(torch, timers) if self.device == "cuda" else HostTimer(torch, timers)
         self.default_stream = torch.cuda.default_stream() if self.device == "cuda" else None
         self.sub_cls: Any = None
@@ -294,10 +291,6 @@ def main() -> int:
                 sensor.audit(str(command["label"]))
             elif cmd == "memory":
                 sensor.memory()
-            elif cmd == "flush":
-                sensor.flush_buf.zero_()
-                sensor.timer.sync()
-                channel.send("flushed")
             elif cmd == "ping":
                 channel.send("pong")
             else:
