@@ -11,17 +11,25 @@ alone) through one command at a time each, and measures every step by its own cl
    ``alone_rounds`` timed rounds of the two, the shapes in turns, while the submission process
    is idle (it has not imported the submission yet); the other half after the interleaved
    rounds and the memory report, the submission's process idle again. If the same blocks'
-   times interleaved with the submission lie outside what they took alone before and after,
-   the grade is void (`grader.timing`).
+   times interleaved with the submission lie more than a fixed bound from what they took alone
+   before, the grade is void (`grader.timing`; the rounds after are information only).
 3. The submission process maps the slab, imports ``solution`` and builds a block per shape.
 4. **Interleaved**: per shape, warm-up rounds; then every shape's timed rounds, in visits of
    one cycle of the Williams orders, the shapes in turns; which order of the cycle a round gets
    is drawn when it starts (`grader.orders.RoundOrders`). A round: ``fill`` (the baselines
    process draws the round's values from a seed the parent takes from the OS only now), then for
-   each block in the round's order ``flush`` (the L2, by the process that does not own the
-   block) and ``go`` to the process that owns it, then ``check`` (the baselines process
-   compares the reference's and the submission's evidence with plain's, before the submission
-   runs again).
+   each block in the round's order ``flush`` (the baselines process probes the device and
+   flushes the L2, whichever block's step follows) and ``go`` to the process that owns it, and
+   after a step of the submission's process ``probe`` (the baselines process waits until the
+   device is free of that step's work: the step's wall ends then), then ``check`` (the
+   baselines process compares the reference's and the submission's evidence with plain's,
+   before the submission runs again).
+
+**Between its commands the submission's process is stopped** (SIGSTOP from each answer it owes
+to the parent's next command, `grader.conversation.Child.pause`): nothing it runs, and nothing it
+enqueues on the GPU, can fall outside its own windows. What it left running is on its step's wall
+(``probe``); work found before a later step (nobody trusted started it) runs the round again,
+and more than the config's ``busy_reruns`` of those, or a device never idle, void the grade.
 5. After the warm-ups and after each visit the submission process is audited (guard, timers,
    stream, processes) and sends the op, kernel and launch census of every step since the last
    audit, which the parent judges (`grader.census`; each step was announced with a commitment

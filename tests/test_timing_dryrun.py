@@ -50,6 +50,13 @@ def triton_cache(tmp_path_factory):
         # here comes after an even number of its steps (4 in the warm-ups, 12 per visit), so
         # the audits alone find the flag as it was.
         ("toggles_flags_inside_step", "rule_broken", "global-state: float32_matmul_precision"),
+        # A done sent right after armed through the harness's own writer (every held step;
+        # only where the old public order put a baseline next; one step in five): the parent
+        # stops the process at that done, so the host never finishes the step and the round's
+        # check reads another round's evidence (the parameters after the step first).
+        ("ends_window_early_via_harness", "check_failed", "the submission's step changed its"),
+        ("predicts_round_order", "check_failed", "the submission's step changed its"),
+        ("serves_baseline_flush", "check_failed", "the submission's step changed its"),
     ],
 )
 def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_cache) -> None:

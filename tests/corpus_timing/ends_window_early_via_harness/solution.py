@@ -13,11 +13,12 @@ the submission's process served, after its own synchronize, or the next baseline
 Why it fails now: the parent stops the process (SIGSTOP) the moment its ``done`` is read, and the
 step's wall runs on until the trusted baselines process's probe finds the device free of its
 work (`grader.interleave._Run.drain`). In the CPU dry run the stopped host never finishes the
-step, so the round's check reads evidence of another round: check_failed. On a GPU the host is
+step, so the round's check reads evidence of another round (its parameters after the
+step first): check_failed. On a GPU the host is
 stopped inside its synchronize, before the harness enqueues the evidence copies: check_failed
 too; a variant that enqueued them before ``armed`` is timed by the wall to the drained device,
 its forged window disagreeing with it in every step: implausible.
-Expected: check_failed (differs from) or implausible (unaccounted)
+Expected: check_failed or implausible (unaccounted)
 """
 
 import sys

@@ -15,7 +15,7 @@ leaves running is on that step's wall (the process stopped, the device drained b
 probe, `grader.interleave._Run.drain`). The dry run: the stopped host never finishes a cut step,
 and the round's check reads evidence of another round (check_failed); on a GPU the same, or the
 cut steps are timed by the wall to the drained device (implausible when over a quarter of them).
-Expected: check_failed (differs from) or implausible (unaccounted) or ok
+Expected: check_failed or implausible (unaccounted) or ok
 """
 
 import sys

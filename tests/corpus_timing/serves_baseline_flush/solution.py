@@ -16,7 +16,7 @@ until the trusted probe finds the device free of its work (`grader.interleave._R
 CPU dry run: the stopped host never finishes a cut step, and the round's check reads evidence of
 another round: check_failed. On a GPU the same, or the cut steps are timed by the wall to the
 drained device: no gain.
-Expected: check_failed (differs from) or ok
+Expected: check_failed or ok
 """
 
 import sys
