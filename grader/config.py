@@ -259,11 +259,13 @@ class Timing:
     # The trusted probe of the device (`grader.child.steps.Timer.probe`, in the baselines
     # process) before every step and after every step of the submission's process: a kernel of
     # its own that runs within ``probe_idle_ms`` of its launch, twice running, says no other
-    # context holds the GPU; one still busy after ``probe_limit_s`` voids the grade; and
-    # ``busy_reruns`` rounds run again because the device was found busy before a step void it.
+    # context holds the GPU; one still busy after ``probe_limit_s`` voids the grade; found busy
+    # for over ``probe_busy_ms`` before a step, the round runs again, and more than
+    # ``busy_reruns`` of those void the grade.
     probe_idle_ms: float = 0.25
     probe_limit_s: float = 5.0
-    busy_reruns: int = 3
+    probe_busy_ms: float = 1.0
+    busy_reruns: int = 10
 
     def __post_init__(self) -> None:
         for key in ("official", "fallback"):
@@ -272,6 +274,7 @@ class Timing:
                 _invalid(key, f"{name!r} is not a profile ({sorted(self.profiles)})")
         _positive("probe_idle_ms", self.probe_idle_ms)
         _positive("probe_limit_s", self.probe_limit_s)
+        _positive("probe_busy_ms", self.probe_busy_ms)
         if self.busy_reruns < 0:
             _invalid("busy_reruns", f"must be ≥ 0, got {self.busy_reruns!r}")
 

@@ -211,14 +211,14 @@ class _Run:
     def found_idle(self, message: dict[str, Any], what: str) -> None:
         """The probe before a step (the baselines' ``flush`` or ``restore``): the device must be
         free of work nobody trusted started. The submission's process is stopped and its last
-        step drained, so busy here is work it left to start later, or a neighbour's: the round
-        runs again (`rerun`), and more than the config's ``busy_reruns`` such rounds void the
-        grade."""
+        step drained, so busy here (over the config's ``probe_busy_ms``: less is a hiccup of the
+        probing host) is work it left to start later, or a neighbour's: the round runs again
+        (`rerun`), and more than the config's ``busy_reruns`` such rounds void the grade."""
         busy = _number(message, "busy_ms")
         if message.get("idle") is not True:
             raise Stop("void", f"the GPU was still busy {busy:.4g} ms before {what} with work "
                        "nobody trusted started: nothing here can be timed; regrade")
-        if busy > 0:
+        if busy > self.config.timing.probe_busy_ms:
             self.out.busy_ms.append(busy)
             self.rerun = True
             if len(self.out.busy_ms) > self.config.timing.busy_reruns:

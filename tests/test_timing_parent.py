@@ -952,11 +952,12 @@ def test_a_device_busy_before_a_step_runs_the_round_again(monkeypatch, ws) -> No
         if command["cmd"] != "flush" or not script.loaded:
             return 0.0
         found["n"] += 1
-        return 1.5 if found["n"] in (7, 20) else 0.0
+        return 1.5 if found["n"] in (7, 20) else 0.5 if found["n"] == 9 else 0.0
 
     script = install(monkeypatch, Script(busy=busy))
     report = run(ws)
     assert report.status == "ok", report.reason
+    # 0.5 ms (under probe_busy_ms) is a hiccup of the probing host: no rerun.
     assert report.telemetry["probe"]["busy_before_step_ms"] == [1.5, 1.5]
     assert [len(s.samples.sub_ms) for s in report.shapes] == [PROFILE.rounds] * 2
     # Two rounds more than without, each begun again with a fill; one check per whole round.
@@ -966,8 +967,8 @@ def test_a_device_busy_before_a_step_runs_the_round_again(monkeypatch, ws) -> No
 
 
 @pytest.mark.parametrize(("busy", "reason"), [
-    # Busy before more steps than the config allows (3).
-    (lambda c, s: 1.0 if c["cmd"] == "flush" and s.loaded else 0.0,
+    # Busy before more steps than the config allows (10).
+    (lambda c, s: 1.5 if c["cmd"] == "flush" and s.loaded else 0.0,
      "the GPU was busy with work nobody trusted started"),
     # Never idle after a step of the submission's (a spinner that outlives the probe's limit).
     (lambda c, s: None if c["cmd"] == "probe" and s.loaded else 0.0,
