@@ -165,8 +165,13 @@ class _Run:
         else:
             step = int(command["step"])
             if child is self.sub:
-                self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed", f"{what}: scrub",
-                              work)
+                # The probe before this step is the scrub's: once the step is armed, its own
+                # work waits on the GPU behind its hold, and the probe is for what is not.
+                scrubbed, _ = self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed",
+                                            f"{what}: scrub", work)
+                self.found_idle(scrubbed, what)
+                if self.rerun:
+                    return scrubbed, 0.0, True
             sent = child.send(command | {"held": True})
 
             def late() -> None:
@@ -178,9 +183,8 @@ class _Run:
                 child.process.tamper(f"armed step {armed.get('step')!r} for step {step}")
                 raise child.stop()
             if child is self.sub:
-                restored, _ = self.base.ask({"cmd": "restore", "shape": index}, "restored",
-                                            f"{what}: the values back", work)
-                self.found_idle(restored, what)
+                self.base.ask({"cmd": "restore", "shape": index}, "restored",
+                              f"{what}: the values back", work)
             start = time.perf_counter()
             if not early:
                 self.release(child, step)
@@ -213,7 +217,8 @@ class _Run:
         free of work nobody trusted started. The submission's process is stopped and its last
         step drained, so busy here (over the config's ``probe_busy_ms``: less is a hiccup of the
         probing host) is work it left to start later, or a neighbour's: the round runs again
-        (`rerun`), and more than the config's ``busy_reruns`` such rounds void the grade."""
+        (`rerun`), and more than the config's ``busy_reruns`` such rounds void the grade. A
+        held step of the submission's is probed at its ``scrub``, before its ``go``."""
         busy = _number(message, "busy_ms")
         if message.get("idle") is not True:
             raise Stop("void", f"the GPU was still busy {busy:.4g} ms before {what} with work "
@@ -251,11 +256,12 @@ class _Run:
             child = self.sub if name in ("sub", "cal") else self.base
             # The device probed and the L2 flushed before every step by the baselines process,
             # whichever block's (the submission's process is stopped meanwhile). A held step of
-            # the submission's process is probed and flushed by the baselines' ``restore``,
-            # after its values are back. (When the submission's process flushed before the
-            # baselines' steps, its synchronize there drained its own leftover work unseen; the
-            # steps of the submission's process now alone begin with a switch of the GPU's
-            # context, which its calibration steps pay too: `grader.timing.analyze_shape`.)
+            # the submission's process is probed at the baselines' ``scrub`` (before its go)
+            # and flushed by their ``restore``, after its values are back. (When the
+            # submission's process flushed before the baselines' steps, its synchronize there
+            # drained its own leftover work unseen; the steps of the submission's process now
+            # alone begin with a switch of the GPU's context, which its calibration steps pay
+            # too: `grader.timing.analyze_shape`.)
             if not (held and child is self.sub):
                 flushed, _ = self.base.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
                 self.found_idle(flushed, f"a step of {name} in {label}")
@@ -271,6 +277,9 @@ class _Run:
                 self.harness_steps.add(f"step:calibration:{label}#{self.steps}")
             message, wall, armed = self.step(child, command, f"a step of {name} in {label}",
                                              work, index, held)
+            if self.rerun:
+                # Found busy before this step (its scrub's probe): the round runs again.
+                return False
             if message.get("step") != self.steps:
                 # A done that answers another step (one sent early, or a stale one) is the
                 # harness's clock no longer being the step's.
@@ -292,10 +301,6 @@ class _Run:
                                      f"{HOLD_RELEASE_S:g} s (it waits on the GPU inside its "
                                      "step)")
                     self.progress(self.out.hold)
-                return False
-            if self.rerun:
-                # Found busy before this step (or the held step's restore): the round is not
-                # what it claims to be, and runs again (unchecked, untimed).
                 return False
             samples.append((name, _number(message, "window_ms"), _number(message, "tail_ms"),
                             wall))

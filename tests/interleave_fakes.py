@@ -105,7 +105,7 @@ class Script:
         waits_on_gpu: Held steps for which this is true answer ``armed`` only once released,
             as a step whose host waits on the GPU inside it.
         busy: The trusted probe's finding, ms the device was busy: called with the baselines'
-            ``flush``, ``restore`` or ``probe`` command and the script (default: 0, idle). A
+            ``flush``, ``scrub`` or ``probe`` command and the script (default: 0, idle). A
             ``probe`` (after a step of the submission's process) is stamped that much after the
             step's ``done``; None: not idle within the probe's limit.
         signals: The parent's SIGSTOP ("stop") and SIGCONT ("cont") to the submission's
@@ -382,9 +382,9 @@ class FakeChild:
         if cmd == "fill":
             return [[{"event": "filled"}]]
         if cmd == "scrub":
-            return [[{"event": "scrubbed"}]]
+            return [[{"event": "scrubbed", **self._probe(command)}]]
         if cmd == "restore":
-            return [[{"event": "restored", **self._probe(command)}]]
+            return [[{"event": "restored"}]]
         if cmd == "collect":
             return [[{"event": "collected"}]]
         if cmd == "check":

@@ -302,7 +302,7 @@ def test_held_steps_are_released_by_the_parent_once_their_values_are_back(monkey
                 continue
             assert t.endswith(" held"), r
             if who == "submission":
-                # scrub → go (armed) → restore (probe, values, flush) → the drain's probe.
+                # scrub (the probe) → go (armed) → restore (values, flush) → the drain's probe.
                 assert r[k - 1] == ("baselines", "scrub"), r
                 assert r[k + 1] == ("baselines", "restore"), r
                 assert r[k + 2] == ("baselines", "probe"), r
@@ -943,7 +943,7 @@ def test_work_left_running_after_every_done_is_implausible(monkeypatch, ws) -> N
 
 def test_a_device_busy_before_a_step_runs_the_round_again(monkeypatch, ws) -> None:
     """corpus_timing/serves_baseline_flush and second_context_spinner's rule: the probe before
-    a step (the baselines' flush, or restore) finds work nobody trusted started, with the
+    a step (the baselines' flush, or a held step's scrub) finds work nobody trusted started, with the
     submission's process stopped and its last step drained: the round runs again from fresh
     values; the run is scored on whole rounds."""
     found = {"n": 0}
@@ -973,7 +973,7 @@ def test_a_device_busy_before_a_step_runs_the_round_again(monkeypatch, ws) -> No
     # Never idle after a step of the submission's (a spinner that outlives the probe's limit).
     (lambda c, s: None if c["cmd"] == "probe" and s.loaded else 0.0,
      "the GPU was still busy 5000 ms after a step of sub"),
-    (lambda c, s: None if c["cmd"] == "restore" else 0.0, "the GPU was still busy 5000 ms "
+    (lambda c, s: None if c["cmd"] == "scrub" else 0.0, "the GPU was still busy 5000 ms "
      "before a step of"),
 ])
 def test_a_device_that_stays_busy_voids_the_grade(monkeypatch, ws, busy, reason) -> None:

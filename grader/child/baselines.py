@@ -18,9 +18,9 @@ submission can borrow its kernels or slow its steps from inside. It:
 - on ``go`` times one step of plain or the reference with `grader.child.steps.run_step`, exactly
   as the submission process times the submission's, on the slab's values as it does (held, it
   answers ``armed`` first and runs once the parent writes the step's number to its page);
-- on ``scrub`` overwrites the slab's inputs with NaN before the submission's held step, and on
-  ``restore`` probes the device, puts the round's values back once that step is armed, then
-  flushes the L2;
+- on ``scrub`` probes the device and overwrites the slab's inputs with NaN before the
+  submission's held step, and on ``restore`` puts the round's values back once that step is
+  armed, then flushes the L2;
 - on ``check`` compares the reference's and the submission's evidence of the round (the latter
   read from the slab, before the submission runs again) with plain's, or, in rounds the parent
   samples after the steps ran, with the fp64 oracle at the gate's budgets; and says whether the
@@ -196,17 +196,20 @@ def main() -> int:
             busy_ms, idle = timer.probe(probe_idle_s, probe_limit_s)
             channel.send("probed", busy_ms=busy_ms, idle=idle)
         elif cmd == "scrub":
+            # Before the submission's held step: the device probed as before every step (here,
+            # with that process stopped and nothing of its pending; at ``restore`` its step is
+            # enqueued behind its hold), then the slab's inputs overwritten.
+            busy_ms, idle = timer.probe(probe_idle_s, probe_limit_s)
             shapes[command["shape"]].scrub()
             timer.sync()
-            channel.send("scrubbed")
+            channel.send("scrubbed", busy_ms=busy_ms, idle=idle)
         elif cmd == "restore":
-            # The device probed, the round's values back, then the L2 flushed: the submission's
-            # held step starts from a flushed L2 after a switch of context, as every step does.
-            busy_ms, idle = timer.probe(probe_idle_s, probe_limit_s)
+            # The round's values back, then the L2 flushed: the submission's held step starts
+            # from a flushed L2 after a switch of context.
             shapes[command["shape"]].restore()
             flush_buf.zero_()
             timer.sync()
-            channel.send("restored", busy_ms=busy_ms, idle=idle)
+            channel.send("restored")
         elif cmd == "go":
             st, name = shapes[command["shape"]], command["block"]
             record = rules.PhaseRecord(f"{name}#{command['step']}")
