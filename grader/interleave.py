@@ -212,6 +212,17 @@ class _Run:
         self.out.drain_ms.append(busy)
         return float(probed.get("_received", time.perf_counter()))
 
+    def settle(self, what: str) -> None:
+        """After a command of the submission's process that is no step (an import, a build, an
+        audit): whatever GPU work it left is waited out by the trusted probe before anything
+        else runs. No step's time is at stake, so nothing is charged; the probes before the
+        next steps then find the device as the submission's steps left it."""
+        probed, _ = self.base.ask({"cmd": "probe"}, "probed", f"after {what}: the device idle")
+        if probed.get("idle") is not True:
+            raise Stop("void", f"the GPU was still busy {_number(probed, 'busy_ms'):.4g} ms "
+                       f"after {what} (work of the submission's process, or another process "
+                       "on the GPU): nothing here can be timed; regrade")
+
     def found_idle(self, message: dict[str, Any], what: str) -> None:
         """The probe before a step (the baselines' ``flush`` or ``restore``): the device must be
         free of work nobody trusted started. The submission's process is stopped and its last
@@ -366,6 +377,7 @@ class _Run:
         message, _ = self.sub.ask({"cmd": "audit", "label": label}, "audited",
                                   f"auditing after {label}")
         self.base.wait("collected", f"the census after {label}", 0.0)
+        self.settle(f"the audit after {label}")
         steps = message.get("steps")
         if not isinstance(steps, list) or not all(
                 isinstance(st, dict) and isinstance(st.get("own"), int)
@@ -643,6 +655,7 @@ def _drive(run: _Run) -> None:
     run.progress(f"baselines alone: {half} rounds of each shape")
 
     loaded, _ = sub.ask({"cmd": "load"}, "loaded", "importing solution.py")
+    run.settle("the import")
     out.load_s = _number(loaded, "seconds")
     # Every round's order is drawn when it starts, from the OS's randomness in this process
     # (`grader.orders.RoundOrders`): a shape's timed rounds are its whole cycles of orders all
@@ -652,6 +665,7 @@ def _drive(run: _Run) -> None:
     for index in range(n):
         label = _label(profile, index)
         sub.ask({"cmd": "build", "shape": index}, "built", f"building the block of {label}")
+        run.settle(f"building the block of {label}")
         run.progress(f"warming up {index + 1}/{n} {label}")
         run.snapshot(f"before {label}")
         for r in range(profile.warmup):

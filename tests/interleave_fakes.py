@@ -330,7 +330,9 @@ class FakeChild:
             # step's window, `Script.overhead_ms` and what the probe found, nothing else.
             found = self._probe(command)
             sub = script.children["submission"]
-            last = max(float(m["_received"]) for m in sub.messages if m.get("event") == "done")
+            if sub.messages[-1].get("event") != "done":  # after an import, a build, an audit
+                return [[{"event": "probed", **found}]]
+            last = float(sub.messages[-1]["_received"])
             return [[{"event": "probed", **found, "_received": last + found["busy_ms"] / 1e3}]]
         if cmd == "go":
             name = command["block"]

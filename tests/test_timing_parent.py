@@ -149,20 +149,24 @@ def expected_commands(profile: Profile) -> list[tuple[str, str]]:
             round_(i, CALIBRATION_ORDERS[r % 2])
         if (r + 1) % 6 == 0 or r + 1 == profile.alone_rounds // 2:
             out.append(("baselines", "collect"))
+    # After each command of the submission's process that is no step, the device probed until
+    # idle (`_Run.settle`).
     out += [("baselines", "collect"), ("submission", "audit the calibration steps"),
-            ("submission", "load")]
+            ("baselines", "probe"), ("submission", "load"), ("baselines", "probe")]
     for i in range(n):
-        out.append(("submission", f"build {i}"))
+        out += [("submission", f"build {i}"), ("baselines", "probe")]
         for r in range(profile.warmup):
             round_(i, ORDERS[r % 6])
     for i in range(n):
         round_(i, ORDERS[profile.warmup % 6])
-    out += [("baselines", "collect"), ("submission", "audit the warm-ups")]
+    out += [("baselines", "collect"), ("submission", "audit the warm-ups"),
+            ("baselines", "probe")]
     for visit in range(profile.rounds // 6):
         for i in range(n):
             for t in range(6):
                 round_(i, ORDERS[t])
-        out += [("baselines", "collect"), ("submission", f"audit timed visit {visit + 1}")]
+        out += [("baselines", "collect"), ("submission", f"audit timed visit {visit + 1}"),
+                ("baselines", "probe")]
     out.append(("submission", "memory"))
     # The other half of the alone rounds, then a last audit.
     for r in range(profile.alone_rounds // 2):
@@ -171,7 +175,7 @@ def expected_commands(profile: Profile) -> list[tuple[str, str]]:
         if (r + 1) % 6 == 0 or r + 1 == profile.alone_rounds // 2:
             out.append(("baselines", "collect"))
     out += [("baselines", "collect"), ("submission", "audit the last alone rounds"),
-            ("submission", "end"), ("baselines", "end")]
+            ("baselines", "probe"), ("submission", "end"), ("baselines", "end")]
     return out
 
 
@@ -906,10 +910,10 @@ def drains(ms: float, which=lambda n: True):
     untimed = len(SHAPES) * (PROFILE.warmup + 1)
 
     def busy(command, script) -> float:
-        if command["cmd"] != "probe":
-            return 0.0
-        last = script.commands("submission", "go")[-1]
-        if last["block"] != "sub":
+        sub = script.children["submission"]
+        if command["cmd"] != "probe" or sub.messages[-1].get("event") != "done":
+            return 0.0  # not the drain after a step
+        if script.commands("submission", "go")[-1]["block"] != "sub":
             return 0.0
         seen["n"] += 1
         return ms if seen["n"] >= untimed and which(seen["n"] - untimed) else 0.0
@@ -971,8 +975,11 @@ def test_a_device_busy_before_a_step_runs_the_round_again(monkeypatch, ws) -> No
     (lambda c, s: 1.5 if c["cmd"] == "flush" and s.loaded else 0.0,
      "the GPU was busy with work nobody trusted started"),
     # Never idle after a step of the submission's (a spinner that outlives the probe's limit).
+    (lambda c, s: None if c["cmd"] == "probe" and s.count("submission", "go", block="sub")
+     else 0.0, "the GPU was still busy 5000 ms after a step of sub"),
+    # ... or after its import.
     (lambda c, s: None if c["cmd"] == "probe" and s.loaded else 0.0,
-     "the GPU was still busy 5000 ms after a step of sub"),
+     "the GPU was still busy 5000 ms after the import"),
     (lambda c, s: None if c["cmd"] == "scrub" else 0.0, "the GPU was still busy 5000 ms "
      "before a step of"),
 ])
