@@ -24,12 +24,6 @@ alone) through one command at a time each, and measures every step by its own cl
    device is free of that step's work: the step's wall ends then), then ``check`` (the
    baselines process compares the reference's and the submission's evidence with plain's,
    before the submission runs again).
-
-**Between its commands the submission's process is stopped** (SIGSTOP from each answer it owes
-to the parent's next command, `grader.conversation.Child.pause`): nothing it runs, and nothing it
-enqueues on the GPU, can fall outside its own windows. What it left running is on its step's wall
-(``probe``); work found before a later step (nobody trusted started it) runs the round again,
-and more than the config's ``busy_reruns`` of those, or a device never idle, void the grade.
 5. After the warm-ups and after each visit the submission process is audited (guard, timers,
    stream, processes) and sends the op, kernel and launch census of every step since the last
    audit, which the parent judges (`grader.census`; each step was announced with a commitment
@@ -37,6 +31,13 @@ and more than the config's ``busy_reruns`` of those, or a device never idle, voi
    process runs the same census and rule guard on its steps, unread, and restarts its census
    with every audit and at the same cadence in the alone rounds: what the harness costs a step
    is then the same for every block.
+
+**Between its commands the submission's process is stopped** (SIGSTOP from each answer it owes
+to the parent's next command, `grader.conversation.Child.pause`): nothing it runs, and nothing it
+enqueues on the GPU, can fall outside its own windows. What it left running is on its step's
+wall (``probe``; after an import, a build or an audit it is waited out, `_Run.settle`); work
+found before a later step (nobody trusted started it) runs the round again, and more than the
+config's ``busy_reruns`` of those, or a device never idle, void the grade.
 
 **Held steps** (where both children could set up a hold: `grader.child.hold.Hold`): a step is
 enqueued whole behind a wait on the GPU and answered ``armed``; the parent then releases it by
