@@ -124,7 +124,10 @@ class _Run:
     slack: float
     launches: bool = True
     out_device: str = "cuda"
-    steps: int = 0
+    # Per child, its steps so far: a step's number counts only its own process's steps, so the
+    # gaps between the submission's numbers say nothing of how many steps the baselines ran
+    # between two of its own (its position in the round, which is drawn when the round starts).
+    steps: collections.Counter[str] = field(default_factory=collections.Counter)
     ledger: census_rules.CensusLedger = field(default_factory=census_rules.CensusLedger)
     dims: dict[str, census_rules.BlockDims] = field(default_factory=dict)
     harness_steps: set[str] = field(default_factory=set)  # census labels of "cal" steps
@@ -279,24 +282,25 @@ class _Run:
                 self.found_idle(flushed, f"a step of {name} in {label}")
                 if self.rerun:
                     return False  # the round runs again, from fresh values
-            self.steps += 1
-            command = {"cmd": "go", "shape": index, "block": name, "step": self.steps}
+            self.steps[child.who] += 1
+            number = self.steps[child.who]
+            command = {"cmd": "go", "shape": index, "block": name, "step": number}
             if name == "sub":
                 command["label"] = label
-                self.dims[f"step:{label}#{self.steps}"] = self.block_dims[index]
+                self.dims[f"step:{label}#{number}"] = self.block_dims[index]
             elif name == "cal":
                 command["label"] = f"calibration:{label}"
-                self.harness_steps.add(f"step:calibration:{label}#{self.steps}")
+                self.harness_steps.add(f"step:calibration:{label}#{number}")
             message, wall, armed = self.step(child, command, f"a step of {name} in {label}",
                                              work, index, held)
             if self.rerun:
                 # Found busy before this step (its scrub's probe): the round runs again.
                 return False
-            if message.get("step") != self.steps:
+            if message.get("step") != number:
                 # A done that answers another step (one sent early, or a stale one) is the
                 # harness's clock no longer being the step's.
                 child.process.tamper(f"answered step {message.get('step')!r} to step "
-                                     f"{self.steps}")
+                                     f"{number}")
                 raise child.stop()
             if not armed:
                 # Released before it was armed: its host took over `HOLD_RELEASE_S` to enqueue
@@ -308,7 +312,7 @@ class _Run:
                 self.late[name, index] += 1
                 if self.late[name, index] >= 2:
                     self.held = False
-                    self.out.hold = (f"unheld from step {self.steps} on: the {name} step in "
+                    self.out.hold = (f"unheld from step {number} on: the {name} step in "
                                      f"{label} was twice not enqueued within "
                                      f"{HOLD_RELEASE_S:g} s (it waits on the GPU inside its "
                                      "step)")
