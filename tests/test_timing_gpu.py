@@ -24,7 +24,8 @@ from grader.timing_run import run_timing
 
 CASES = sorted(p.name for p in CORPUS.iterdir() if (p / "solution.py").exists())
 # Entries that run a copy of the reference throughout: timed as what they are, r ≈ g.
-REFERENCE_COPIES = {"control_reference", "borrows_reference_kernels"}
+REFERENCE_COPIES = {"control_reference", "borrows_reference_kernels",
+                    "control_idle_second_context"}
 # Entries that run a copy of the reference with a trick that may cost them time: no gain.
 NO_GAIN = {"sets_own_host_wait", "serves_baseline_flush", "predicts_round_order"}
 CONFIG = with_profile(load_config(), "corpus", small_profile())
