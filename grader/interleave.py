@@ -35,7 +35,7 @@ alone) through one command at a time each, and measures every step by its own cl
 **Between its commands the submission's process is stopped** (SIGSTOP from each answer it owes
 to the parent's next command, `grader.conversation.Child.pause`): nothing it runs, and nothing it
 enqueues on the GPU, can fall outside its own windows. What it left running is on its step's
-wall (``probe``; after an import, a build or an audit it is waited out, `_Run.settle`); work
+wall (``probe``; after an import, a build or an audit it is waited out: `grader.idle`); work
 found before a later step (nobody trusted started it) runs the round again, and more than the
 config's ``busy_reruns`` of those, or a device never idle, void the grade.
 
@@ -76,11 +76,11 @@ from pathlib import Path
 from typing import Any
 
 from grader import census as census_rules
-from grader import telemetry
+from grader import idle, telemetry
 from grader.child.hold import DEFAULT_HOST_WAIT, HoldPage, host_wait_flag
 from grader.config import DeadlineRule, Profile, ScoringConfig
 from grader.conversation import Child, Stop
-from grader.measurements import BASELINES, BLOCKS, Interleaved, ShapeRaw
+from grader.measurements import BASELINES, BLOCKS, Interleaved, ShapeRaw, number
 from grader.orders import RoundOrders, williams_orders
 from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Outcome
 
@@ -138,7 +138,8 @@ class _Run:
     pages: dict[str, HoldPage] = field(default_factory=dict)
     # Per (block, shape): its held steps released before they were armed.
     late: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
-    # The round in progress found the device busy before one of its steps (`found_idle`).
+    # The round in progress found the device busy before one of its steps
+    # (`grader.idle.busy_before`).
     rerun: bool = False
 
     def release(self, child: Child, step: int) -> None:
@@ -159,8 +160,9 @@ class _Run:
         held step was armed before its release (False: `HOLD_RELEASE_S` ran out first).
 
         A step of the submission's process ends on the parent's clock only once the trusted
-        probe found the device free of its work (`drain`): its wall runs from the ``go`` or the
-        release to then, not to a ``done`` it may have sent before its work finished."""
+        probe found the device free of its work (`grader.idle.drain`): its wall runs from the
+        ``go`` or the release to then, not to a ``done`` it may have sent before its work
+        finished."""
         early: list[float] = []
         if not held:
             start = child.send(command)
@@ -173,7 +175,7 @@ class _Run:
                 # work waits on the GPU behind its hold, and the probe is for what is not.
                 scrubbed, _ = self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed",
                                             f"{what}: scrub", work)
-                self.found_idle(scrubbed, what)
+                self.rerun = idle.busy_before(scrubbed, what, self.config.timing, self.out)
                 if self.rerun:
                     return scrubbed, 0.0, True
             sent = child.send(command | {"held": True})
@@ -197,57 +199,8 @@ class _Run:
             start = early[0] if early else start
         end = float(message.get("_received", start))
         if child is self.sub:
-            end = self.drain(what, work)
+            end = idle.drain(self.base, self.sub, self.out, what, work)
         return message, 1e3 * (end - start), not early
-
-    def drain(self, what: str, work: float) -> float:
-        """After a step of the submission's process: stop it, and have the baselines process
-        probe the device until the step's GPU work is done (`grader.child.steps.Timer.probe`);
-        the parent's clock when the probe answered. A device not idle within the probe's limit
-        voids the grade: the parent cannot tell the submission's own spinner from a neighbour."""
-        self.sub.pause()
-        probed, _ = self.base.ask({"cmd": "probe"}, "probed", f"{what}: the device idle again",
-                                  work)
-        busy = _number(probed, "busy_ms")
-        if probed.get("idle") is not True:
-            raise Stop("void", f"the GPU was still busy {busy:.4g} ms after {what} (work of "
-                       "the submission's process, a second CUDA context of its own say, or "
-                       "another process on the GPU): nothing here can be timed; regrade")
-        self.out.drain_ms.append(busy)
-        return float(probed.get("_received", time.perf_counter()))
-
-    def settle(self, what: str) -> None:
-        """After a command of the submission's process that is no step (an import, a build, an
-        audit): whatever GPU work it left is waited out by the trusted probe before anything
-        else runs. No step's time is at stake, so nothing is charged; the probes before the
-        next steps then find the device as the submission's steps left it."""
-        probed, _ = self.base.ask({"cmd": "probe"}, "probed", f"after {what}: the device idle")
-        if probed.get("idle") is not True:
-            raise Stop("void", f"the GPU was still busy {_number(probed, 'busy_ms'):.4g} ms "
-                       f"after {what} (work of the submission's process, or another process "
-                       "on the GPU): nothing here can be timed; regrade")
-
-    def found_idle(self, message: dict[str, Any], what: str) -> None:
-        """The probe before a step (the baselines' ``flush`` or ``restore``): the device must be
-        free of work nobody trusted started. The submission's process is stopped and its last
-        step drained, so busy here (over the config's ``probe_busy_ms``: less is a hiccup of the
-        probing host) is work it left to start later, or a neighbour's: the round runs again
-        (`rerun`), and more than the config's ``busy_reruns`` such rounds void the grade. A
-        held step of the submission's is probed at its ``scrub``, before its ``go``."""
-        busy = _number(message, "busy_ms")
-        if message.get("idle") is not True:
-            raise Stop("void", f"the GPU was still busy {busy:.4g} ms before {what} with work "
-                       "nobody trusted started: nothing here can be timed; regrade")
-        if busy > self.config.timing.probe_busy_ms:
-            self.out.busy_ms.append(busy)
-            self.rerun = True
-            if len(self.out.busy_ms) > self.config.timing.busy_reruns:
-                raise Stop("void", f"the GPU was busy with work nobody trusted started (the "
-                           f"submission's process stopped, its steps drained) before "
-                           f"{len(self.out.busy_ms)} steps, limit "
-                           f"{self.config.timing.busy_reruns} (last: {busy:.3g} ms before "
-                           f"{what}): work left to start later, or another process on the GPU; "
-                           "regrade")
 
     def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
               label: str, hold: bool = True) -> None:
@@ -279,28 +232,29 @@ class _Run:
             # too: `grader.timing.analyze_shape`.)
             if not (held and child is self.sub):
                 flushed, _ = self.base.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
-                self.found_idle(flushed, f"a step of {name} in {label}")
+                self.rerun = idle.busy_before(flushed, f"a step of {name} in {label}",
+                                              self.config.timing, self.out)
                 if self.rerun:
                     return False  # the round runs again, from fresh values
             self.steps[child.who] += 1
-            number = self.steps[child.who]
-            command = {"cmd": "go", "shape": index, "block": name, "step": number}
+            nth = self.steps[child.who]
+            command = {"cmd": "go", "shape": index, "block": name, "step": nth}
             if name == "sub":
                 command["label"] = label
-                self.dims[f"step:{label}#{number}"] = self.block_dims[index]
+                self.dims[f"step:{label}#{nth}"] = self.block_dims[index]
             elif name == "cal":
                 command["label"] = f"calibration:{label}"
-                self.harness_steps.add(f"step:calibration:{label}#{number}")
+                self.harness_steps.add(f"step:calibration:{label}#{nth}")
             message, wall, armed = self.step(child, command, f"a step of {name} in {label}",
                                              work, index, held)
             if self.rerun:
                 # Found busy before this step (its scrub's probe): the round runs again.
                 return False
-            if message.get("step") != number:
+            if message.get("step") != nth:
                 # A done that answers another step (one sent early, or a stale one) is the
                 # harness's clock no longer being the step's.
                 child.process.tamper(f"answered step {message.get('step')!r} to step "
-                                     f"{number}")
+                                     f"{nth}")
                 raise child.stop()
             if not armed:
                 # Released before it was armed: its host took over `HOLD_RELEASE_S` to enqueue
@@ -312,13 +266,13 @@ class _Run:
                 self.late[name, index] += 1
                 if self.late[name, index] >= 2:
                     self.held = False
-                    self.out.hold = (f"unheld from step {number} on: the {name} step in "
+                    self.out.hold = (f"unheld from step {nth} on: the {name} step in "
                                      f"{label} was twice not enqueued within "
                                      f"{HOLD_RELEASE_S:g} s (it waits on the GPU inside its "
                                      "step)")
                     self.progress(self.out.hold)
                 return False
-            samples.append((name, _number(message, "window_ms"), _number(message, "tail_ms"),
+            samples.append((name, number(message, "window_ms"), number(message, "tail_ms"),
                             wall))
         if timed:
             for name, window, tail, wall in samples:
@@ -382,7 +336,7 @@ class _Run:
         message, _ = self.sub.ask({"cmd": "audit", "label": label}, "audited",
                                   f"auditing after {label}")
         self.base.wait("collected", f"the census after {label}", 0.0)
-        self.settle(f"the audit after {label}")
+        idle.settle(self.base, f"the audit after {label}")
         steps = message.get("steps")
         if not isinstance(steps, list) or not all(
                 isinstance(st, dict) and isinstance(st.get("own"), int)
@@ -414,13 +368,6 @@ def as_util(value: Any) -> float:
     except (TypeError, ValueError):
         return math.inf
     return math.inf if math.isnan(out) else out
-
-
-def _number(message: dict[str, Any], key: str) -> float:
-    value = message.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return float("nan")
-    return float(value)
 
 
 def _label(profile: Profile, index: int) -> str:
@@ -660,8 +607,8 @@ def _drive(run: _Run) -> None:
     run.progress(f"baselines alone: {half} rounds of each shape")
 
     loaded, _ = sub.ask({"cmd": "load"}, "loaded", "importing solution.py")
-    run.settle("the import")
-    out.load_s = _number(loaded, "seconds")
+    idle.settle(run.base, "the import")
+    out.load_s = number(loaded, "seconds")
     # Every round's order is drawn when it starts, from the OS's randomness in this process
     # (`grader.orders.RoundOrders`): a shape's timed rounds are its whole cycles of orders all
     # the same, and nothing in the submission's process can know which step follows its own.
@@ -670,7 +617,7 @@ def _drive(run: _Run) -> None:
     for index in range(n):
         label = _label(profile, index)
         sub.ask({"cmd": "build", "shape": index}, "built", f"building the block of {label}")
-        run.settle(f"building the block of {label}")
+        idle.settle(run.base, f"building the block of {label}")
         run.progress(f"warming up {index + 1}/{n} {label}")
         run.snapshot(f"before {label}")
         for r in range(profile.warmup):

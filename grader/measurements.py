@@ -84,4 +84,12 @@ class Interleaved:
     busy_ms: list[float] = field(default_factory=list)
 
 
-__all__ = ["BASELINES", "BLOCKS", "Interleaved", "ShapeRaw"]
+def number(message: dict[str, Any], key: str) -> float:
+    """A child's message's number ``key``; NaN when it is missing or no number."""
+    value = message.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return float("nan")
+    return float(value)
+
+
+__all__ = ["BASELINES", "BLOCKS", "Interleaved", "ShapeRaw", "number"]

@@ -333,7 +333,7 @@ def analyze_shape(
     # process it can cost more for reasons of the process, not of the submission (on an H200,
     # 0.1-0.3 ms more for the reference's own code, whatever the harness did alike in both):
     # there its harness steps before the import say how much. (Its walls also run on to the
-    # trusted probe's answer after each step, `grader.interleave._Run.drain`, and each of its
+    # trusted probe's answer after each step, `grader.idle.drain`, and each of its
     # steps begins with a switch of the GPU's context: its calibration steps' walls hold both.)
     overheads = np.concatenate([walls[n] - windows[n] for n in BASELINES])
     overhead = float(np.quantile(overheads, OVERHEAD_QUANTILE)) + OVERHEAD_SLACK_MS

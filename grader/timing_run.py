@@ -243,7 +243,7 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
             "handshake_ms": run.handshake_ms,
             "hold": run.hold,
             "host_wait": run.host_wait,
-            # The trusted probe (`grader.interleave._Run.drain`, `found_idle`): how long the
+            # The trusted probe (`grader.idle`): how long the
             # device stayed busy after the submission's process's steps (on their walls), and
             # what it found busy before a step (each such round ran again).
             "probe": {"drain_ms_max": max(run.drain_ms, default=None),

@@ -150,7 +150,7 @@ def expected_commands(profile: Profile) -> list[tuple[str, str]]:
         if (r + 1) % 6 == 0 or r + 1 == profile.alone_rounds // 2:
             out.append(("baselines", "collect"))
     # After each command of the submission's process that is no step, the device probed until
-    # idle (`_Run.settle`).
+    # idle (`grader.idle.settle`).
     out += [("baselines", "collect"), ("submission", "audit the calibration steps"),
             ("baselines", "probe"), ("submission", "load"), ("baselines", "probe")]
     for i in range(n):

@@ -12,7 +12,7 @@ to stop at that ``done``: the step's GPU work drained afterwards, in the next co
 the submission's process served, after its own synchronize, or the next baseline's step).
 Why it fails now: the parent stops the process (SIGSTOP) the moment its ``done`` is read, and the
 step's wall runs on until the trusted baselines process's probe finds the device free of its
-work (`grader.interleave._Run.drain`). In the CPU dry run the stopped host never finishes the
+work (`grader.idle.drain`). In the CPU dry run the stopped host never finishes the
 step, so the round's check reads evidence of another round (its parameters after the
 step first): check_failed. On a GPU the host is
 stopped inside its synchronize, before the harness enqueues the evidence copies: check_failed

@@ -12,7 +12,7 @@ steps where its count of steps on the shape says it is not last in the round's o
 Why it fails now: each round's order is drawn when the round starts from the parent's
 randomness (`grader.orders.RoundOrders`), so the count predicts nothing; and whatever a step
 leaves running is on that step's wall (the process stopped, the device drained by the trusted
-probe, `grader.interleave._Run.drain`). The dry run: the stopped host never finishes a cut step,
+probe, `grader.idle.drain`). The dry run: the stopped host never finishes a cut step,
 and the round's check reads evidence of another round (check_failed); on a GPU the same, or the
 cut steps are timed by the wall to the drained device (implausible when over a quarter of them).
 Expected: check_failed or implausible (unaccounted) or ok

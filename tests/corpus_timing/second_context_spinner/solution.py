@@ -11,7 +11,7 @@ launches from each step's forward a one-thread kernel in its own context that sp
 ``SPIN_MS`` (longer than a step: it runs on into the baselines' steps), and every
 ``LONG_EVERY``-th step one that spins ``LONG_MS`` (into the alone rounds at the end).
 Why it fails now: the submission's process is stopped after each ``done`` and its step's wall
-runs until the trusted probe finds no other context on the GPU (`grader.interleave._Run.drain`),
+runs until the trusted probe finds no other context on the GPU (`grader.idle.drain`),
 so every spin is on the submission's own clock: its wall exceeds its window by the spin in every
 step (implausible), or a device still busy after the probe's limit voids the grade. The
 baselines are held to a fixed 3% of their alone medians *before* the import (scoring.yaml

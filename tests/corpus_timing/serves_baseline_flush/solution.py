@@ -12,7 +12,7 @@ made a shape implausible) and counts on being asked to flush before the next bas
 Why it fails now: the submission's process never flushes (the baselines process probes the
 device and flushes before every step, whichever block's; a ``flush`` sent to the submission's
 process is an unknown command); it is stopped from its ``done`` on, and its step's wall runs
-until the trusted probe finds the device free of its work (`grader.interleave._Run.drain`). The
+until the trusted probe finds the device free of its work (`grader.idle.drain`). The
 CPU dry run: the stopped host never finishes a cut step, and the round's check reads evidence of
 another round: check_failed. On a GPU the same, or the cut steps are timed by the wall to the
 drained device: no gain.
