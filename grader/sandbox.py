@@ -412,6 +412,21 @@ class ChildProcess:
             self.proc.stdin.write(text.encode())
             self.proc.stdin.flush()
 
+    def pause(self) -> None:
+        """Stop the child's whole process group (SIGSTOP, which it cannot catch): nothing of it
+        runs until `resume`. The watchdog still reads its /proc; a stopped child has no
+        deadline of its own (the parent waits on no answer from it meanwhile)."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Continue the child's process group after `pause` (SIGCONT)."""
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is not None and not self.ended:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+
     def tamper(self, reason: str) -> None:
         """End the child: it broke the protocol (`Outcome.TAMPERED`)."""
         self._kill(Outcome.TAMPERED, reason)

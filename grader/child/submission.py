@@ -66,7 +66,6 @@ from grader.child.steps import (  # noqa: E402
     block_params,
     commands,
     device_facts,
-    flush_buffer,
     foreign_bytes,
     region_view,
     run_main,
@@ -112,8 +111,6 @@ class Sensor:
         self.timers = timers
         self.rules = rules
         self.device = job["device"]
-        # Before the memory baseline below: the harness's buffer is not the submission's.
-        self.flush_buf = flush_buffer(torch, self.device)
         self.timer = Timer(torch, timers) if self.device == "cuda" else HostTimer(torch, timers)
         self.default_stream = torch.cuda.default_stream() if self.device == "cuda" else None
         self.sub_cls: Any = None
@@ -179,10 +176,15 @@ class Sensor:
         # with the commitment to its range's nonce before it runs, read at the next audit.
         mark = self.census.mark(f"step:{label}#{number}")
         self.channel.send("census", label=mark.label, commit=mark.commit)
+        # The global state at both boundaries of every step, not only at the audits: a flag
+        # changed inside a step and put back before the next audit is still seen (a finding
+        # goes out before ``done``, so the parent never times the step).
+        self.guard.check_state(f"before {label}#{number}")
         step = run_step(torch, self.timer, block, params, self.views[index], self.views[index],
                         around=lambda: watched(self.guard, record, mark),
                         hold=self.hold if held else None, step=number,
                         armed=lambda: self.channel.send("armed", step=number))
+        self.guard.check_state(f"{label}#{number}")
         if not calibration:
             self.launches.append((label, [(k.name, k.file) for k in record.launches]))
         self.channel.send("done", step=number, window_ms=step.window_ms, tail_ms=step.tail_ms)
@@ -292,10 +294,6 @@ def main() -> int:
                 sensor.audit(str(command["label"]))
             elif cmd == "memory":
                 sensor.memory()
-            elif cmd == "flush":
-                sensor.flush_buf.zero_()
-                sensor.timer.sync()
-                channel.send("flushed")
             elif cmd == "ping":
                 channel.send("pong")
             else:
