@@ -19,7 +19,8 @@ and backward, inside an autograd.Function, while the MLP may stay in PyTorch:
     and fills (`FUNCTION_SAFE_OPS`) on activation-sized tensors, and, in totals, PyTorch
     arithmetic there touches less than one activation's worth of elements per step
     (`function_arithmetic`: each op's largest input, summed over the step's innermost
-    arithmetic ops): the conv and the norm's arithmetic must be Triton's, however finely it is
+    arithmetic ops; an arithmetic op on a list of tensors, whose shapes are not recorded, is
+    found on its own): the conv and the norm's arithmetic must be Triton's, however finely it is
     chunked (per example, per row: each chunk is below the activation, their sum is not);
 (e) on a GPU: no PyTorch/cuDNN convolution or normalization kernel; every library kernel
     (PyTorch's, cuBLAS's...) matched to a recorded op of the step (`match_kernels`): its own
@@ -298,6 +299,14 @@ def judge_step(summary: StepSummary, dims: BlockDims | None, *, gpu: bool
         if packet in FORBIDDEN_OPS:
             forbidden.setdefault(_where(op), {})[f"{namespace}.{packet}"] = None
             continue
+        if (op.function and op.lists and not op.composite and packet not in FUNCTION_SAFE_OPS
+                and big):
+            # On a GPU a _foreach_ op is one fused kernel over its list, whose shapes
+            # RecordFunction does not record (on a CPU its per-tensor ops are recorded nested).
+            add(TORCH_OP_ON_PATH,
+                f"{namespace}.{packet} on a list of tensors inside torch.autograd.Function "
+                f"{op.function} in {step}: its size cannot be read, and inside the conv+norm "
+                "Function PyTorch may only allocate, view, copy and cast")  # fmt: skip
         largest = max((_numel(s) for s in op.shapes if s), default=0)
         if not big or dims is None or largest < dims.activation:
             continue

@@ -69,6 +69,8 @@ class OpRecord:
         composite: Another aten/prims op (not one of ``safe``) ran nested inside it: its
             arithmetic is counted there, not twice (`grader.census`'s totals).
         launched: How many of the ``count`` launched a GPU kernel linked to them.
+        lists: It took a list of tensors (``TensorList``: ``_foreach_*``, ``cat``), whose
+            shapes RecordFunction does not record: its size cannot be read.
     """
 
     name: str
@@ -78,6 +80,7 @@ class OpRecord:
     count: int
     composite: bool = False
     launched: int = 0
+    lists: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,9 @@ class KernelRecord:
 
     Attributes:
         name: The kernel's name as CUPTI reports it.
-        launched_by: The dispatcher op whose range the launch lies in (``aten::mm``); ``""`` when
-            no op was recorded above it (a Triton launch from Python, or an op hidden from the
-            census).
+        launched_by: The aten/prims op whose range the launch lies in (``aten::mm``); ``""`` when
+            no such op was recorded right above it (a Triton launch from Python, an op hidden
+            from the census, a kernel launched straight under a custom op's range).
         count: How many times.
         blocks: Thread blocks of one launch (CUPTI's grid, x·y·z), 0 where the record has none.
     """
@@ -285,11 +288,11 @@ def _ops_of(inside: list[RawEvent], safe: frozenset[str], launched: Counter[int]
     counts: Counter[tuple[Any, ...]] = Counter()
     launches: Counter[tuple[Any, ...]] = Counter()
     for key, e in keyed:
-        full = (*key, id(e) in composite)
+        full = (*key, id(e) in composite, "TensorList" in e.dtypes)
         counts[full] += 1
         launches[full] += 1 if launched[e.correlation] else 0
-    records = [OpRecord(n, s, f, w, c, comp, launches[(n, s, f, w, comp)])
-               for (n, s, f, w, comp), c in counts.items()]  # fmt: skip
+    records = [OpRecord(n, s, f, w, c, comp, launches[(n, s, f, w, comp, lists)], lists)
+               for (n, s, f, w, comp, lists), c in counts.items()]  # fmt: skip
     return tuple(records), tuple(functions)
 
 
@@ -323,7 +326,11 @@ def _kernels_of(events: list[RawEvent], inside: list[RawEvent], marker: RawEvent
             if "DtoH" in e.name:
                 host_bytes += _copy_bytes(e, parent)
             continue
-        linked_op = parent is not None and _is_op(parent.name)
+        # Only an aten/prims op launches library kernels itself: a custom op's range holds its
+        # implementation's ops (each linking its own kernels), so a kernel linked to the custom
+        # op's range directly was launched past them (a redispatch inside a decoy op).
+        linked_op = (parent is not None and _is_op(parent.name)
+                     and _namespace(parent.name) in _JUDGED_NAMESPACES)
         if linked_op and parent is not None:
             launched[parent.correlation] += 1
         counts[(e.name, parent.name if linked_op and parent is not None else "",
@@ -354,9 +361,10 @@ def _blocks(metadata: str) -> int:
 def _copy_bytes(copy: RawEvent, parent: RawEvent | None) -> int:
     """A device-to-host copy's bytes, read from the op that launched it: the largest input of
     ``aten::copy_``/``aten::_to_copy``/``_local_scalar_dense``, by its shape and dtype. Kineto's
-    own byte count is not relied on: torch 2.11's and 2.13's ``_KinetoEvent`` have no
-    ``nbytes`` (the old rule read it and got 0 on every torch), and CUPTI's ``"bytes"`` in the
-    metadata is there only where this torch hands metadata out; it is taken when larger."""
+    own byte count is not relied on: the old rule read ``_KinetoEvent.nbytes``, which torch 2.13
+    has and torch 2.11 (the grading image's) does not carry, so it read 0 on every grade; CUPTI's
+    ``"bytes"`` in the metadata is there only where a torch hands metadata out (taken when
+    larger)."""
     from_op = 0
     if parent is not None:
         for shape, dtype in zip(parent.shapes, (*parent.dtypes, *[""] * len(parent.shapes)),

@@ -95,7 +95,8 @@ class Trace:
 
 class FakeKinetoEvent:
     """A ``torch._C._autograd._KinetoEvent`` of torch 2.13 (``activity_type``, ``metadata_json``)
-    or, with ``modern`` false, of torch 2.11 (neither; and no ``nbytes`` on either)."""
+    or, with ``modern`` false, of torch 2.11 (neither). Neither has ``nbytes``: the census does
+    not read it (torch 2.11 does not carry it)."""
 
     def __init__(self, name: str, *, cpu: bool, start: int, duration: int, kind: str,
                  shapes: list[list[int]] | None = None, dtypes: list[str] | None = None,

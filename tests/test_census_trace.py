@@ -71,6 +71,22 @@ def test_chunks_are_counted_once_and_weight_sized_work_stays_below() -> None:
     assert judged(trace, "backward:c") == []
 
 
+def test_arithmetic_on_tensor_lists_inside_a_function_is_found() -> None:
+    """RecordFunction records no shapes for a TensorList: on a GPU ``_foreach_mul`` over the
+    examples is one op of unreadable size (on a CPU its per-tensor muls are recorded inside)."""
+    trace = Trace()
+    with trace.step("forward:c"), trace.function("_ListNorm"):
+        with trace._range("aten::_foreach_mul", "cpu_op", shapes=((), ()),
+                          dtypes=("TensorList", "Scalar")):  # fmt: skip
+            pass
+        with trace._range("aten::cat", "cpu_op", shapes=((), ()),
+                          dtypes=("TensorList", "Scalar")):  # fmt: skip
+            pass
+    found = judged(trace)
+    assert rules(found) == {TORCH_OP_ON_PATH} and len(found) == 1, found
+    assert "aten._foreach_mul on a list of tensors" in found[0].message
+
+
 def test_one_element_decoys_buy_no_kernel_for_a_hidden_reduction() -> None:
     """The old budget let each recorded reduction account for two unlinked library reductions:
     five ``x[:1].sum()`` decoys bought ten. Each decoy launched its own, linked, kernel: none is
@@ -122,6 +138,21 @@ def test_a_library_kernel_no_recorded_op_launched_breaks_the_rule() -> None:
     assert "MulFunctor" in found[0].message and "AddFunctor" not in found[0].message
 
 
+def test_a_kernel_linked_straight_to_a_custom_op_needs_an_aten_op() -> None:
+    """A decoy custom op whose Python implementation redispatches a sum: its kernel links to the
+    custom op's range, which launches nothing itself; its implementation's own ops have their
+    own kernels, so nothing accounts for it."""
+    trace = Trace()
+    with trace.step("forward:c"):
+        with trace.composite("decoy::tiny", (1,)) as custom:
+            decoy = trace.op("aten::sum", (1,))
+            trace.kernel(REDUCE, linked=decoy, grid=(1, 1, 1))
+            trace.kernel(REDUCE, linked=custom, grid=(8, 1, 1))
+        trace.kernel("_normalize")
+    found = judged(trace, gpu=True)
+    assert rules(found) == {TORCH_OP_ON_PATH} and "(8 blocks)" in found[0].message, found
+
+
 def _copy_trace(metadata: str) -> Trace:
     trace = Trace()
     with trace.step("forward:c"):
@@ -134,9 +165,9 @@ def _copy_trace(metadata: str) -> Trace:
 
 
 def test_the_host_copy_rule_reads_the_bytes_from_the_op() -> None:
-    """torch 2.11's kineto events carry no byte count (the old rule read ``nbytes``, absent on
-    2.11 and 2.13: always 0); the copy's bytes come from the op that launched it (4096 bytes of
-    fp32 here), with CUPTI's metadata where a torch hands it out."""
+    """torch 2.11's kineto events (the grading image's) carry no byte count: the old rule read
+    ``nbytes`` there and got 0. The copy's bytes come from the op that launched it (4096 bytes
+    of fp32 here), with CUPTI's metadata where a torch hands it out."""
     for metadata in ("", '"bytes": 4096, "memory bandwidth (GB/s)": 2.1'):
         found = judged(_copy_trace(metadata), gpu=True)
         assert rules(found) == {HOST_COPY}, (metadata, found)
