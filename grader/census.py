@@ -404,6 +404,12 @@ def _op_kind(packet: str) -> str:
 # 2.11 with CUDA 13 kineto links neither, 1 per step for the plain block on the H200 of
 # 2026-12-01), any other op one.
 _CAPACITY = {"product": 2, "reduction": 1, "other": 1}
+_SPLIT_K_KERNEL = re.compile(r"splitKreduce", re.IGNORECASE)
+# Grids up to this many blocks are matched by kind and count only for products: cuBLAS's
+# persistent kernels launch waves of the GPU's SMs (132 on an H200) whatever the problem's size,
+# so a small product may launch more blocks than it has elements. PyTorch's own kernels
+# (TensorIterator, reductions) launch no block without elements, which the size test uses.
+PERSISTENT_GRID_BLOCKS = 1024
 
 
 def match_kernels(summary: StepSummary) -> list[KernelRecord]:
@@ -414,11 +420,14 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
     distinct recorded aten op of the step of its kind (a product kernel a leaf matrix product, a
     reduction kernel a reduction, any other kernel any arithmetic op) that (1) launched no kernel
     linked to it (an op whose kernels are all seen is accounted for: a decoy ``x[:1].sum()``
-    launches its own, linked, so it buys nothing), (2) is large enough: where CUPTI's record
-    gives the kernel's grid, the op's inputs hold at least one element per thread block (a
-    library kernel launches no block without work; a one-element op launches one block). Matched
-    greedily, the largest kernels first to the largest ops: with capacities per op
-    (`_CAPACITY`), an assignment exists if this one finds it for nested sizes."""
+    launches its own, linked, so it buys nothing; a product whose GEMM is linked may still
+    account for its split-K reduction), (2) is large enough: where CUPTI's record gives the
+    kernel's grid, the op's inputs hold at least one element per thread block (PyTorch's kernels
+    launch no block without work; a one-element op launches one block), except for products of
+    up to `PERSISTENT_GRID_BLOCKS` blocks. Matched greedily, the largest kernels first to the
+    largest ops (with capacities per op, `_CAPACITY`)."""
+    # Per kind, one entry per recorded op that may still account for a kernel:
+    # [elements of its inputs, kernels it may still account for, split-K reductions only].
     free: dict[str, list[list[int]]] = {"product": [], "reduction": [], "other": []}
     for op in summary.ops:
         namespace, packet = _split(op.name)
@@ -427,13 +436,11 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
         size = sum(_numel(s) for s in op.shapes if s) or 1
         kind = _op_kind(packet)
         for index in range(op.count):
-            capacity = _CAPACITY[kind]
-            if index < op.launched:
-                # It launched a linked kernel: that was its work. A product's split-K reduction
-                # may still come unlinked (one more).
-                capacity = capacity - 1 if kind == "product" else 0
-            if capacity:
-                free[kind].append([size, capacity])
+            if index >= op.launched:
+                free[kind].append([size, _CAPACITY[kind], 0])
+            elif kind == "product":
+                # Its GEMM is linked to it; its split-K reduction may still come unlinked.
+                free[kind].append([size, 1, 1])
     for ops in free.values():
         ops.sort(key=lambda entry: -entry[0])
     unmatched: list[KernelRecord] = []
@@ -442,9 +449,13 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
                and not _CONV_NORM_KERNEL.search(k.name)]  # fmt: skip
     for kernel in sorted(pending, key=lambda k: -k.blocks):
         kind = _kernel_kind(kernel.name)
+        split = bool(_SPLIT_K_KERNEL.search(kernel.name))
+        # cuBLAS's persistent GEMMs launch a grid of the GPU's size whatever the problem's.
+        any_size = kind == "product" and kernel.blocks <= PERSISTENT_GRID_BLOCKS
         left = kernel.count
         for entry in free[kind]:
-            while left and entry[1] and entry[0] >= kernel.blocks:
+            fits = any_size or entry[0] >= kernel.blocks
+            while left and entry[1] and fits and (split or not entry[2]):
                 entry[1] -= 1
                 left -= 1
             if not left:
@@ -638,6 +649,7 @@ __all__ = [
     "MIN_ACTIVATION",
     "MIN_LENGTH",
     "NO_TRITON_KERNEL",
+    "PERSISTENT_GRID_BLOCKS",
     "REDUCTION_OPS",
     "TORCH_OP_ON_PATH",
     "BlockDims",

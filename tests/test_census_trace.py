@@ -123,6 +123,24 @@ def test_decoys_that_launch_nothing_are_too_small_for_the_kernel_grid() -> None:
     assert judged(honest, gpu=True) == []
 
 
+def test_a_linked_product_accounts_for_its_split_k_reduction_only() -> None:
+    """cuBLASLt's GEMM linked to its ``aten::mm``, its split-K reduction not (torch 2.11): that
+    op accounts for the reduction, not for another GEMM; a persistent GEMM's grid (the GPU's
+    SMs) may exceed a small product's elements."""
+    def step(*unlinked: tuple[str, int]) -> list[CensusFinding]:
+        trace = Trace()
+        with trace.step("forward:c"):
+            mm = trace.op("aten::mm", (4, 3), (3, 6))
+            trace.kernel("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_TNT", linked=mm, grid=(132, 1, 1))
+            for name, blocks in unlinked:
+                trace.kernel(name, grid=(blocks, 1, 1))
+            trace.kernel("_normalize")
+        return judged(trace, gpu=True)
+
+    assert step(("void cublasLt::splitKreduce_kernel<32, 16, int>()", 1)) == []
+    assert rules(step(("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_TNT", 132))) == {TORCH_OP_ON_PATH}
+
+
 def test_a_library_kernel_no_recorded_op_launched_breaks_the_rule() -> None:
     """Not only reductions and products: any library kernel needs an op (an elementwise
     redispatch too); linked kernels are their ops'."""

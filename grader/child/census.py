@@ -107,7 +107,7 @@ at most 1 MiB)."""
 # Kineto's clock and time.time_ns() agree to microseconds; a restart is seen only outside this.
 _TRACE_START_SLACK_NS = 2_000_000
 # CUPTI's metadata of a device event is kept up to this many characters (grid, block, bytes).
-_METADATA_CHARS = 600
+_METADATA_CHARS = 2000
 
 
 def _autograd_api() -> Any:
