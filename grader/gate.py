@@ -437,8 +437,10 @@ class _Conversation:
         if event == "census":
             # A step announced, or its op and kernel census: judged here, not in the child.
             label = census.message_label(message)
-            if "summary" in message:
+            if census.is_step(message):
                 dims = self.census_dims.pop(label, None)
+            elif "events" in message:
+                dims = None  # a read's raw events: its steps come next
             else:
                 item = self.items[self.current] if self.current is not None else None
                 dims = census.BlockDims.of_case(item.case) if item is not None else None

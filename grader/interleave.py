@@ -315,7 +315,7 @@ class _Run:
         """One ``census`` message of the submission's process, judged here (`grader.census`)."""
         label = census_rules.message_label(message)
         # A step's dims are needed until its summary comes, once.
-        dims = self.dims.pop(label, None) if "summary" in message else self.dims.get(label)
+        dims = self.dims.pop(label, None) if census_rules.is_step(message) else self.dims.get(label)
         found = census_rules.judge_message(message, dims, self.ledger,
                                            gpu=self.out_device == "cuda",
                                            rules=label not in self.harness_steps)

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from census_fakes import Trace
 
 from grader import conversation, interleave, telemetry
-from grader.child.census import MARKER_PREFIX, NONCE_SEPARATOR, StepSummary
 from grader.sandbox import ChildResult, Outcome
 
 WINDOWS = {"plain": 6.0, "ref": 3.0, "sub": 2.0}
@@ -413,10 +413,13 @@ class FakeChild:
             steps = [{"label": label, "own": 1, "foreign": []} for label in self._launches]
             self._launches = []
             # An honest census of every step since the last audit: its own range, some events.
-            summaries = [{"event": "census", "summary": StepSummary(
-                label=label, marker=f"{MARKER_PREFIX}{label}{NONCE_SEPARATOR}{nonce}",
-                device="cuda", events=40, raised=False, ops=(), functions=(), kernels=None,
-                host_copy_bytes=0, tampered=()).to_json()} for label, nonce in self._census]
+            trace = Trace()
+            for label, nonce in self._census:
+                with trace.step(label, nonce):
+                    trace.op("aten::empty", (4,))
+                    trace.kernel("_conv_fwd")
+            summaries = [{"event": "census", **m}
+                         for m in trace.messages(*(label for label, _ in self._census))]
             self._census = []
             return [[*summaries, {"event": "audited", "steps": steps}]]
         if cmd == "memory":

@@ -833,7 +833,7 @@ def test_steps_whose_census_never_comes_are_tampering(monkeypatch, ws) -> None:
 
 def test_a_census_that_saw_a_torch_norm_breaks_the_rules(monkeypatch, ws) -> None:
     """The summaries are judged by the parent (grader.census), here one with aten::var_mean."""
-    from grader.child.census import MARKER_PREFIX, NONCE_SEPARATOR, OpRecord, StepSummary
+    from census_fakes import Trace
 
     script = Script()
     install(monkeypatch, script)
@@ -842,12 +842,11 @@ def test_a_census_that_saw_a_torch_norm_breaks_the_rules(monkeypatch, ws) -> Non
         label, nonce = next((label, nonce) for label, nonce in
                             script.children["submission"]._census
                             if not label.startswith("step:calibration:"))
-        summary = {"event": "census", "summary": StepSummary(
-            label=label, marker=f"{MARKER_PREFIX}{label}{NONCE_SEPARATOR}{nonce}", device="cuda",
-            events=40, raised=False, ops=(OpRecord("aten::var_mean", ((32, 4096, 128),), "", "",
-                                                   1),),
-            functions=(), kernels=None, host_copy_bytes=0, tampered=()).to_json()}
-        return batch(summary)
+        trace = Trace()
+        with trace.step(label, nonce):
+            trace.op("aten::var_mean", (32, 4096, 128))
+            trace.kernel("_conv_fwd")
+        return batch(*({"event": "census", **m} for m in trace.messages(label)))
 
     script.hook = on("submission", "audit", audit, nth=2)
     assert_failed(run(ws), "rule_broken", "torch-op-on-path: PyTorch convolution/normalization "
