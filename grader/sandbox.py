@@ -686,20 +686,6 @@ def _signal_name(sig: int) -> str:
         return "unknown"
 
 
-__all__ = [
-    "ARM_EVENT",
-    "ChildProcess",
-    "ProtocolError",
-    "CHANNEL_ENV",
-    "POOL_ENV",
-    "ChannelWriter",
-    "ChildExit",
-    "ChildLimits",
-    "ChildResult",
-    "Deadline",
-    "Outcome",
-    "child_env",
-    "pin_pools",
-    "process_tree",
-    "run_child",
-]
+__all__ = ["ARM_EVENT", "ChildProcess", "ProtocolError", "CHANNEL_ENV", "POOL_ENV",
+           "ChannelWriter", "ChildExit", "ChildLimits", "ChildResult", "Deadline", "Outcome",
+           "child_env", "pin_pools", "process_tree", "run_child"]  # fmt: skip
