@@ -6,14 +6,18 @@ trusted probe (`grader.child.steps.Timer.probe`) must not read an idle context a
 no step of it is charged more than its own work, no round runs again, nothing is void, and it
 is timed as the reference it is. (If the driver starts a thread for the new context, the thread
 rule ends it first, as it would the spinner.) GPU only; in the CPU dry run it is the reference.
-Expected: ok or rule_broken (new-thread)
+Since issue 37 no honest submission can make a second context: ctypes is not a module it
+may use, however it reaches it (here ``torch.ctypes``), so this control became an
+exploit caught at its first foreign call. The probe's idle-context behaviour it was
+written to show is still measured by its timing, where the rule lets it run.
+Expected: rule_broken (forbidden-import)
 """
-
-import ctypes
 
 import torch
 
 from reference.block import DilatedResidualBlock as _Own
+
+ctypes = torch.ctypes  # reached, not imported: ctypes is not on the import list
 
 _MADE = [False]
 

@@ -21,9 +21,11 @@ its forged window disagreeing with it in every step: implausible.
 Expected: check_failed or implausible (unaccounted)
 """
 
-import sys
+import torch
 
 from reference.block import DilatedResidualBlock
+
+sys = torch.sys  # reached, not imported: sys is not on the import list (issue 37)
 
 _MAIN = sys.modules.get("__main__")
 _SENSOR = getattr(_MAIN, "Sensor", None)

@@ -19,14 +19,17 @@ baselines are held to a fixed 3% of their alone medians *before* the import (sco
 driver); in the CPU dry run it is the reference, and the drift rule is tested on fake numbers
 (tests/test_timing_parent.py). (If the driver starts a thread for the new context, the thread
 rule ends it first.)
-Expected: implausible (unaccounted) or void (busy) or rule_broken (new-thread)
+Since issue 37 ctypes is not a module a submission may use, however it reaches it (here
+``torch.ctypes``, no import): its first foreign call is a broken rule, before the timing
+defences this entry was written for are reached; they stay as the layer behind.
+Expected: rule_broken (forbidden-import) or implausible (unaccounted) or void (busy) or rule_broken (new-thread)
 """
-
-import ctypes
 
 import torch
 
 from reference.block import DilatedResidualBlock as _Own
+
+ctypes = torch.ctypes  # reached, not imported: ctypes is not on the import list
 
 SPIN_MS = 30.0
 LONG_MS = 2000.0
