@@ -29,6 +29,7 @@ tracing, no reading of other processes' memory (seccomp and ``PR_SET_DUMPABLE``)
 
 from __future__ import annotations
 
+import functools
 import glob
 import importlib.metadata
 import os
@@ -218,20 +219,28 @@ class ChildConfinement:
         return {POLICY_ENV: self.policy.to_json()}
 
 
-def child_policy(harness: Harness, workdir: Path, *, gpu: bool,
-                 read: Sequence[str | Path] = (), write: Sequence[str | Path] = (),
-                 config_path: str | Path | None = None) -> Policy:  # fmt: skip
-    """The policy of a child that runs submission code in ``workdir`` (see the module
-    docstring); ``read`` and ``write`` add the caller's own files (a job file, a hold page)."""
+@functools.lru_cache(maxsize=4)
+def _shared_paths(config_path: str | None) -> tuple[tuple[str, ...], ...]:
+    """What every child's policy names, worked out once a process (about a second: the
+    distributions' file lists and the narrowing of the system roots): (system, packages, site
+    folders, compilers)."""
     forbidden = forbidden_paths(config_path)
     sites = site_dirs()
-    stops = (*forbidden, *sites)
     packages = tuple(p for p in distribution_paths()
                      if not any(_beneath(p, f) for f in (_real(GRADER_DIR), _real(TASK_DIR),
                                                           _real(REFERENCE_DIR))))  # fmt: skip
     roots = [r for r in (*_runtime_roots(), *SYSTEM_ROOTS)
              if os.path.exists(r) and not any(_beneath(_real(r), f) for f in forbidden)]
-    system = allow_all_but(stops, roots)
+    return allow_all_but((*forbidden, *sites), roots), packages, sites, compiler_paths()
+
+
+def child_policy(harness: Harness, workdir: Path, *, gpu: bool,
+                 read: Sequence[str | Path] = (), write: Sequence[str | Path] = (),
+                 config_path: str | Path | None = None) -> Policy:  # fmt: skip
+    """The policy of a child that runs submission code in ``workdir`` (see the module
+    docstring); ``read`` and ``write`` add the caller's own files (a job file, a hold page)."""
+    system, packages, sites, compilers = _shared_paths(
+        None if config_path is None else _real(config_path))
     devices = ["/dev"]
     own = [str(workdir), *map(str, write)]
     if gpu:
@@ -242,7 +251,7 @@ def child_policy(harness: Harness, workdir: Path, *, gpu: bool,
         # readable (a listing gives names, never contents).
         listable=sites,
         write=tuple(own),
-        execute=compiler_paths(),
+        execute=compilers,
         devices=tuple(devices),
         tcp=False,
         scope_signals=True,

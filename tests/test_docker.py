@@ -170,7 +170,10 @@ def _host_address() -> str | None:
 
 NETWORK_PROBE = '''"""Tries to reach a TCP server on the grading host; fails to load, saying how it went."""
 import os
-import socket
+
+import torch
+
+socket = torch.sys.modules["socket"]  # reached, not imported: socket is not on the import list
 
 TARGET = ({host!r}, {port})
 try:
@@ -199,7 +202,10 @@ def test_a_network_attempt_fails_and_the_report_says_so(engine: Any, tmp_path: P
     assert report.status is Status.LOAD_FAILED, report.reasons
     reason = report.reasons[0]
     assert f"network probe to {host}:{port} failed" in reason, reason
-    assert "unreachable" in reason.lower() and "interfaces ['lo']" in reason, reason
+    # Two layers refuse it: the container has no network, and the grade's confinement no
+    # internet socket (seccomp; issue 37), whichever the probe meets first.
+    refused = ("unreachable", "operation not permitted")
+    assert any(r in reason.lower() for r in refused) and "interfaces ['lo']" in reason, reason
 
 
 LAUNCHER_PROBE = """
