@@ -28,17 +28,41 @@ import sys
 SPEC_ENV = "GRADER_SERVICE_GRADE"
 
 
-def main() -> int:
+def confine(forbidden: list[str], writable: list[str]) -> str:
+    """Confine this process and everything it starts: nothing under ``forbidden`` (but what is
+    under ``writable``), no signal out of its domain, not dumpable. What was applied, in words."""
     from grader.child.confine import Policy, allow_all_but, apply, landlock_abi
 
-    spec = json.loads(os.environ.pop(SPEC_ENV))
     if landlock_abi():
-        allowed = (*allow_all_but(spec["forbidden"]), *spec["writable"])
-        apply(Policy(read=allowed, write=allowed, execute=allowed, tcp=True, scope_signals=True,
-                     scope_abstract_unix=False, seccomp=False, no_dump=True))  # fmt: skip
+        allowed = (*_not_into(allow_all_but(forbidden), forbidden), *writable)
+        policy = Policy(read=allowed, write=allowed, execute=allowed, tcp=True,
+                        scope_signals=True, scope_abstract_unix=False, seccomp=False,
+                        no_dump=True)  # fmt: skip
     else:
-        apply(Policy(seccomp=False, scope_signals=False, scope_abstract_unix=False, tcp=True,
-                     no_dump=True))  # fmt: skip
+        policy = Policy(seccomp=False, scope_signals=False, scope_abstract_unix=False, tcp=True,
+                        no_dump=True)  # fmt: skip
+    applied = apply(policy)
+    return applied.detail or f"Landlock ABI {applied.abi}"
+
+
+def _not_into(paths: tuple[str, ...], forbidden: list[str]) -> tuple[str, ...]:
+    """``paths`` less the links among them that lead into (or above) a forbidden folder: a
+    Landlock rule is made on what its path opens, so a link elsewhere whose target is the store
+    (``pytest-current``, a user's ``~/store`` link) would grant the store itself. The link's
+    target is covered, or not, as its own real path."""
+    bad = [os.path.realpath(p) for p in forbidden]
+
+    def meets(path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real == b or real.startswith(b.rstrip("/") + "/")
+                   or b.startswith(real.rstrip("/") + "/") for b in bad)  # fmt: skip
+
+    return tuple(p for p in paths if not meets(p))
+
+
+def main() -> int:
+    spec = json.loads(os.environ.pop(SPEC_ENV))
+    confine(spec["forbidden"], spec["writable"])
     from grader.cli import main as grader_main
 
     return grader_main(["grade", spec["workspace"], "--json", spec["report"], *spec["args"]])
