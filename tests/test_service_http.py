@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from service_helpers import fake_commit, solution, tree_tar, upload
+from service_helpers import call, fake_commit, solution, tree_tar, upload
 
 from grader.service.api import GraderServer, make_server
 from grader.service.archive import UploadLimits
@@ -149,6 +149,20 @@ def test_200_connections_at_once_are_all_accepted(tmp_path: Path) -> None:
         if thread.is_alive():  # shutdown waits for a serve_forever that never began
             server.shutdown()
         server.server_close()
+
+
+def test_the_operator_sets_a_runs_limits_over_http(live: Live) -> None:
+    with Store(live.store) as store:
+        operator = store.operator_token()
+    made = call(f"{live.url}/v1/runs", operator, "POST",
+                json.dumps({"name": "capped", "max_queued": 1}).encode())
+    assert made.status == 201, made.body
+    with Store(live.store) as store:
+        assert store.run(made.body["run"]).limits.max_queued == 1
+    for bad in ({"name": "x", "max_queued": "9"}, {"name": "x", "max_queued": 0},
+                {"name": "x", "max_per_hour": 1.5}):
+        reply = call(f"{live.url}/v1/runs", operator, "POST", json.dumps(bad).encode())
+        assert reply.status == 400 and "positive integers" in reply.body["error"], (bad, reply.body)
 
 
 def test_refused_concurrent_uploads_write_nothing(live: Live) -> None:

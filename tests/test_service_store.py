@@ -292,6 +292,7 @@ def test_a_v2_store_is_migrated(tmp_path: Path) -> None:
 
     with Store(tmp_path / "s") as store:
         run, token = store.create_run("old")
+        store.local_run()
     db = sqlite3.connect(tmp_path / "s" / "grader.sqlite")
     db.execute("ALTER TABLE runs DROP COLUMN max_queued")
     db.execute("ALTER TABLE runs DROP COLUMN last_claim_ts")
@@ -300,4 +301,5 @@ def test_a_v2_store_is_migrated(tmp_path: Path) -> None:
     db.close()
     with Store(tmp_path / "s") as store:
         assert store.run(run.id).limits.max_queued == Limits.max_queued
+        assert store.run("local").limits.max_queued == 1 << 30  # the agent's own: no cap
         assert store.run_of_token(token).id == run.id  # type: ignore[union-attr]

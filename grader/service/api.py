@@ -249,9 +249,10 @@ class Handler(BaseHTTPRequestHandler):
             caller.must_be_operator()
             body = self._json_body()
             fields = ("max_per_hour", "max_upload_bytes", "max_queued")
-            bad = {k: body[k] for k in fields if k in body and type(body[k]) is not int}
+            bad = {k: body[k] for k in fields
+                   if k in body and (type(body[k]) is not int or body[k] < 1)}
             if bad:
-                raise ApiError(400, f"limits are integers, got {bad}")
+                raise ApiError(400, f"limits are positive integers, got {bad}")
             limits = Limits(**{k: body[k] for k in fields if k in body})
             run, token = store.create_run(str(body.get("name", "")), limits)
             return 201, {"run": run.id, "token": token}

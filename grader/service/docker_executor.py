@@ -364,11 +364,14 @@ def _read_out(path: Path, limit: int) -> str | None:
 
 
 def _read_report(path: Path) -> GradeReport | None:
-    """The report the container left, or None when there is none or it is not a report."""
+    """The report the container left, or None when there is none or it is not a report (parsed
+    strictly: `grader.service.verdict.parse`; its exit status is compared by `run`)."""
+    from grader.service import verdict
+
     text = _read_out(path, MAX_REPORT_BYTES)
     try:
-        return GradeReport.from_json(text) if text is not None else None
-    except (ValueError, TypeError, KeyError):
+        return verdict.parse(text) if text is not None else None
+    except verdict.Unbelieved:
         return None
 
 

@@ -185,6 +185,7 @@ def _migrate_v2(db: sqlite3.Connection, store: Store) -> None:
                    f"{Limits.max_queued}")
     if "last_claim_ts" not in columns:
         db.execute("ALTER TABLE runs ADD COLUMN last_claim_ts REAL NOT NULL DEFAULT 0")
+    db.execute("UPDATE runs SET max_queued = ? WHERE id = ?", (_LOCAL_LIMITS.max_queued, LOCAL_RUN))
 
 
 # version → the step that brings a store of that version to the next one. A new store is made at

@@ -58,6 +58,19 @@ def check(text: str, exit_code: int | None, *, tree: str | None = None,
           max_score: float = MAX_SCORE) -> GradeReport:  # fmt: skip
     """The report in ``text`` when it is one the grader wrote and exited ``exit_code`` with, of
     ``tree`` where given. Raises `Unbelieved`."""
+    report = parse(text, tree=tree, max_score=max_score)
+    expected = int(ExitCode.for_status(report.status))
+    if exit_code != expected:
+        how = ("was killed by a signal" if exit_code is not None and exit_code < 0
+               else f"exited with status {exit_code}")
+        raise Unbelieved(f"the grader {how} but its report says {report.status.value} (exit "
+                         f"{expected}): not the grader's report")  # fmt: skip
+    return report
+
+
+def parse(text: str, *, tree: str | None = None, max_score: float = MAX_SCORE) -> GradeReport:
+    """The report in ``text``, parsed strictly (the exit status is `check`'s). Raises
+    `Unbelieved`."""
     if len(text) > MAX_REPORT_BYTES:
         raise Unbelieved(f"the report is {len(text)} characters; a report has at most "
                          f"{MAX_REPORT_BYTES}")  # fmt: skip
@@ -77,7 +90,7 @@ def check(text: str, exit_code: int | None, *, tree: str | None = None,
     if wrong:
         raise Unbelieved(f"the report's fields {wrong[:5]} have the wrong JSON types")
     try:
-        status = Status(data["status"])
+        Status(data["status"])
     except ValueError:
         raise Unbelieved(f"the report's status {data['status'][:40]!r} is not one of the "
                          "grader's") from None
@@ -97,16 +110,9 @@ def check(text: str, exit_code: int | None, *, tree: str | None = None,
     if tree is not None and data["tree"] and data["tree"] != tree:
         raise Unbelieved(f"the report is of tree {data['tree'][:40]!r}, the grade's is {tree}")
     try:
-        report = GradeReport.from_dict(data)
+        return GradeReport.from_dict(data)
     except (ValueError, TypeError, KeyError) as exc:
         raise Unbelieved(f"the report is not a grade report: {str(exc)[:200]}") from None
-    expected = int(ExitCode.for_status(status))
-    if exit_code != expected:
-        how = ("was killed by a signal" if exit_code is not None and exit_code < 0
-               else f"exited with status {exit_code}")
-        raise Unbelieved(f"the grader {how} but its report says {status.value} (exit "
-                         f"{expected}): not the grader's report")  # fmt: skip
-    return report
 
 
-__all__ = ["MAX_REPORT_BYTES", "MAX_SCORE", "Unbelieved", "check"]
+__all__ = ["MAX_REPORT_BYTES", "MAX_SCORE", "Unbelieved", "check", "parse"]
