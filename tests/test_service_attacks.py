@@ -252,3 +252,29 @@ def test_a_submission_cannot_steal_rewrite_or_forge_through_the_local_executor(
     text = grader_cli("run", "report", run.id, "--store", str(store_dir))
     assert text.returncode == 0 and "\x1b" not in text.stdout + text.stderr
     assert str(store_dir) not in json.dumps(json.loads(report))  # no operator path in it
+
+
+def test_every_status_is_believed_with_its_own_exit_code_only() -> None:
+    from grader.report import ExitCode, GradeReport, Status, SystemInfo
+    from grader.service import verdict
+
+    for status in Status:
+        report = GradeReport(
+            status=status, score=None if status is Status.CHECKED_UNTIMED else
+            (0.5 if status is Status.SCORED else 0.0), reasons=() if status.passed else ("why",),
+            workspace="w", commit="c" * 40, tree="t" * 40, uncommitted_changes_ignored=False,
+            checked=(), not_checked=(), cases=(), max_utilisation=None, findings=(),
+            system=SystemInfo(device="cpu", python="3", torch="2", triton="3", numpy="2",
+                              platform="Linux"),
+        )  # fmt: skip
+        text = report.to_json()
+        code = int(ExitCode.for_status(status))
+        assert verdict.check(text, code, tree="t" * 40).status is status
+        for wrong in (0, 1, 3, 13, -9, None):
+            if wrong != code:
+                with pytest.raises(verdict.Unbelieved, match="not the grader's report"):
+                    verdict.check(text, wrong)
+        with pytest.raises(verdict.Unbelieved, match="is of tree"):
+            verdict.check(text, code, tree="u" * 40)
+        with pytest.raises(verdict.Unbelieved, match="repeats keys"):
+            verdict.check(text.replace('"status"', '"status": "scored", "status"', 1), code)

@@ -11,6 +11,7 @@ and, past its attempts, ends as ``grader_error``; never a score.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -36,6 +37,8 @@ _FIELDS: dict[str, tuple[type, ...]] = {
 }  # fmt: skip
 # What an executor may add beside them (`grader.service.executors`).
 _ADDED = {"service_confinement"}
+# Every field the report's class has (one added to it later is allowed, not required).
+_KNOWN = {f.name for f in dataclasses.fields(GradeReport)} | set(_FIELDS) | _ADDED
 
 
 def _no_constant(name: str) -> Any:
@@ -81,7 +84,7 @@ def parse(text: str, *, tree: str | None = None, max_score: float = MAX_SCORE) -
     if not isinstance(data, dict):
         raise Unbelieved(f"the report is a JSON {type(data).__name__}, not an object")
     missing = sorted(set(_FIELDS) - set(data))
-    extra = sorted(set(data) - set(_FIELDS) - _ADDED)
+    extra = sorted(set(data) - _KNOWN)
     if missing or extra:
         raise Unbelieved(f"the report's fields differ from the grader's: missing {missing[:5]}, "
                          f"unknown {[k[:40] for k in extra[:5]]}")  # fmt: skip
