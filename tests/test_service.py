@@ -166,7 +166,7 @@ def test_bad_uploads_are_refused_and_nothing_is_stored(tmp_path: Path) -> None:
 def test_a_runs_token_reaches_its_own_run_only(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     run_a, token_a = _create_run(store_dir, "a")
-    run_b, token_b = _create_run(store_dir, "b")
+    run_b, token_b = _create_run(store_dir, "b", "--max-queued", "4")
     with Server(store_dir) as server:
         base = server.url
         sub_b = upload(base, token_b, run_b, tree_tar(solution(0.5)), fake_commit("b")).body
@@ -248,7 +248,7 @@ def test_a_runs_burst_does_not_starve_another_run(tmp_path: Path) -> None:
     its uploads get 429."""
     store_dir, log = tmp_path / "store", tmp_path / "grades.log"
     run_a, token_a = _create_run(store_dir, "a", "--max-queued", "30", "--max-per-hour", "100")
-    run_b, token_b = _create_run(store_dir, "b")
+    run_b, token_b = _create_run(store_dir, "b", "--max-queued", "4")
     trees: dict[str, str] = {}
     statuses: list[int] = []
     lock = threading.Lock()
@@ -275,7 +275,7 @@ def test_a_runs_burst_does_not_starve_another_run(tmp_path: Path) -> None:
         assert sorted(statuses) == [201] * 27, statuses
         w = worker(store_dir, "--cpu", "--once", "--command", fake_command(log))
         assert w.wait(timeout=300) == 0
-        # The cap: run B may have 4 grades waiting (the default); the fifth upload is refused.
+        # The cap: run B may have 4 grades waiting; the fifth upload is refused.
         over = [upload(server.url, token_b, run_b, tree_tar(solution(0.5, f"b-over{i}")),
                        fake_commit(f"b-over{i}")).status for i in range(5)]  # fmt: skip
         assert over == [201] * 4 + [429], over

@@ -149,6 +149,8 @@ def test_a_report_the_grader_does_not_stand_behind_is_never_a_score(tmp_path: Pa
         assert grade.state is GradeState.DONE and grade.status == "grader_error", (mode, grade)
         assert grade.score is None and why in (grade.reason or ""), (mode, grade.reason)
         assert str(tmp_path) not in (grade.reason or "") and "grader-jobs" not in grade.reason
+        assert sys.prefix not in grade.reason and str(REPO) not in grade.reason
+        assert "\x1b" not in grade.reason and "ended with" not in grade.reason  # no output tail
     assert "\x1b" not in log.getvalue() and "\\x1b[32m" in log.getvalue()
     _intact(store, token, victim, victim_rows, [run.id])
 

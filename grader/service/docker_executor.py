@@ -187,13 +187,13 @@ class DockerExecutor:
                                     reason, report if consistent else None)  # fmt: skip
             if report is None:
                 raise ExecutorError(f"{request.label}: the container exited with status "
-                                    f"{ended.exit_code} and wrote no report; its output ended "
-                                    f"with:\n{ended.log_tail}")  # fmt: skip
+                                    f"{ended.exit_code} and wrote no report",
+                                    ended.log_tail)  # fmt: skip
             if ended.exit_code != int(report.exit_code):
                 raise ExecutorError(f"{request.label}: the container exited with status "
                                     f"{ended.exit_code} but its report says {report.status} (exit "
-                                    f"{int(report.exit_code)}): not the grader's report; its "
-                                    f"output ended with:\n{ended.log_tail}")  # fmt: skip
+                                    f"{int(report.exit_code)}): not the grader's report",
+                                    ended.log_tail)  # fmt: skip
             return as_submitted(report.to_json(), request)
 
     def _prepare(self, request: GradeRequest, tmp: Path) -> tuple[Path, Path, Path | None]:

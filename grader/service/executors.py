@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shlex
 import signal
 import stat
 import subprocess
@@ -41,7 +40,19 @@ from grader.service.store import Device
 
 
 class ExecutorError(RuntimeError):
-    """The grade could not be run or produced no report; the message says why."""
+    """The grade could not be run or produced no report; the message says why.
+
+    Attributes:
+        summary: Why, in the executor's own words: what the grade's record keeps (a run's
+            token reads it).
+        tail: The end of the grade's output, for the operator's log only (the grader's and the
+            submission's words: paths of this host, escapes).
+    """
+
+    def __init__(self, summary: str, tail: str = "") -> None:
+        super().__init__(f"{summary}; its output ended with:\n{tail}" if tail else summary)
+        self.summary = summary
+        self.tail = tail
 
 
 @dataclass(frozen=True)
@@ -157,21 +168,26 @@ class CommandExecutor:
                 why = self._wait(proc, alive)
             # Whatever of the grade outlived its command (a child that left the group) goes now.
             _kill_group(proc)
-            paths = {out: "<job>", job_dir: "<job>", str(root): "<jobs>"}
+            paths = {**self.private_paths(), out: "<job>", job_dir: "<job>", str(root): "<jobs>"}
             tail = _neutral(log.read_bytes()[-2000:].decode(errors="replace"), paths)
             if why:
-                raise ExecutorError(f"{why}; its output ended with:\n{tail}")
+                raise ExecutorError(why, tail)
             text = _read_private(report, verdict.MAX_REPORT_BYTES)
             if text is None:
-                raise ExecutorError(f"{_neutral(shlex.join(argv[:4]), paths)}… exited with "
-                                    f"status {proc.returncode} and wrote no report; its output "
-                                    f"ended with:\n{tail}")  # fmt: skip
+                raise ExecutorError(f"the grade command exited with status {proc.returncode} "
+                                    "and wrote no report", tail)  # fmt: skip
             try:
                 verdict.check(text, proc.returncode, tree=request.tree)
             except verdict.Unbelieved as exc:
-                raise ExecutorError(f"{request.label}: {_neutral(str(exc), paths)}; its output "
-                                    f"ended with:\n{tail}") from None  # fmt: skip
+                raise ExecutorError(f"{request.label}: {_neutral(str(exc), paths)}",
+                                    tail) from None  # fmt: skip
             return self.annotate(as_submitted(_neutral(text, paths), request))
+
+    def private_paths(self) -> dict[str, str]:
+        """Folders of this host a report or a message must not name, each with its neutral
+        word: where the grader and its Python are installed."""
+        grader_root = str(Path(__file__).resolve().parents[2])
+        return {grader_root: "<grader>", sys.prefix: "<python>", sys.base_prefix: "<python>"}
 
     def annotate(self, report_json: str) -> str:
         """The believed report with what this executor adds (nothing here)."""
@@ -210,6 +226,7 @@ class LocalExecutor(CommandExecutor):
     def __init__(self, *, config: Path | None = None, forbidden: Sequence[str | Path] = (),
                  timeout_s: float = 3 * 3600) -> None:  # fmt: skip
         self.args = ["--quiet"] + (["--config", str(config)] if config is not None else [])
+        self.config = config
         self.forbidden = [os.path.realpath(p) for p in forbidden]
         super().__init__([sys.executable, "-m", "grader.service.grade_process"],
                          timeout_s=timeout_s)  # fmt: skip
@@ -231,6 +248,13 @@ class LocalExecutor(CommandExecutor):
             "writable": [str(job), str(report.parent)],
         })  # fmt: skip
         return env
+
+    def private_paths(self) -> dict[str, str]:
+        paths = super().private_paths()
+        paths.update({p: "<store>" for p in self.forbidden})
+        if self.config is not None:
+            paths[str(self.config)] = "<config>"
+        return paths
 
     def annotate(self, report_json: str) -> str:
         """Say in the report how the grade was kept from the service."""
@@ -282,7 +306,8 @@ def jobs_root() -> Path:
 def _neutral(text: str, paths: dict[str, str]) -> str:
     """``text`` with each of ``paths`` (longest first) replaced by its neutral word."""
     for path in sorted(paths, key=len, reverse=True):
-        text = text.replace(path, paths[path])
+        if path.rstrip("/"):  # never "/" itself (a Python installed at the root)
+            text = text.replace(path, paths[path])
     return text
 
 

@@ -32,7 +32,7 @@ class Limits:
 
     max_per_hour: int = 120
     max_upload_bytes: int = 8 << 20
-    max_queued: int = 4
+    max_queued: int = 8
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ CREATE TABLE runs (
     token_sha256      TEXT    NOT NULL UNIQUE,
     max_per_hour      INTEGER NOT NULL,
     max_upload_bytes  INTEGER NOT NULL,
-    max_queued        INTEGER NOT NULL DEFAULT 4,
+    max_queued        INTEGER NOT NULL DEFAULT 8,
     last_claim_ts     REAL    NOT NULL DEFAULT 0
 );
 CREATE TABLE submissions (

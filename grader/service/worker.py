@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from grader.service.executors import Executor, GradeRequest
+from grader.service.executors import Executor, ExecutorError, GradeRequest
 from grader.service.store import Device, Grade, Job, Store, StoreError
 from grader.service.text import printable
 
@@ -97,10 +97,10 @@ class Worker:
             graded += 1
         return graded
 
-    def _neutral(self, exc: BaseException) -> str:
+    def _neutral(self, exc: BaseException | str) -> str:
         """An error's text for a grade's record, which the run's token may read: the store's
         path is not in it."""
-        text = f"{exc}" if str(exc) else type(exc).__name__
+        text = str(exc) or type(exc).__name__
         for path in sorted({str(self.store.root), str(self.store.root.resolve())}, key=len,
                            reverse=True):  # fmt: skip
             text = text.replace(path, "<store>")
@@ -128,9 +128,11 @@ class Worker:
             )  # fmt: skip
             report = self.executor.run(request, alive)
         except Exception as exc:  # noqa: BLE001 - every failure is this attempt's, not the worker's
-            reason = self._neutral(exc)
-            self.say(f"{label} failed: {reason}")
-            return self.store.fail(job, reason)
+            # The output's tail is for the operator's log; the record (a run's token reads it)
+            # keeps the executor's own words.
+            self.say(f"{label} failed: {self._neutral(exc)}")
+            summary = exc.summary if isinstance(exc, ExecutorError) else exc
+            return self.store.fail(job, self._neutral(summary))
         try:
             done = self.store.finish(job, report)
         except StoreError as exc:  # the lease was lost meanwhile: another attempt owns it
