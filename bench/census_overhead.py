@@ -8,7 +8,7 @@ training step (forward, then backward with a dense upstream gradient):
 - ``profiled``: the same step with the census on and the step marked, the collect excluded: what
   the census adds *inside* a timed window;
 - ``collect``: one `Census.collect` after a step (stop, read, restart): what it adds *between*
-  steps, outside any timed window; and the events and summary bytes per step.
+  steps, outside any timed window; and the raw events and message bytes per step.
 
 Usage:
     python bench/census_overhead.py [--device cuda] [--batch 8 --length 4096 --channels 128]
@@ -89,10 +89,11 @@ def main() -> None:
     for _ in range(args.steps):
         profiled += timed(marked, 1)
         start = time.perf_counter()
-        summaries = census.collect()
+        messages = census.collect()
         collect_s.append(time.perf_counter() - start)
-        events.append(summaries[0].events)
-        sizes.append(len(json.dumps(summaries[0].to_json())))
+        rows = [row for m in messages if "events" in m for row in m["events"]]
+        events.append(len(rows))
+        sizes.append(sum(len(json.dumps(m)) for m in messages))
     census.stop()
 
     ms = 1e3
@@ -107,7 +108,7 @@ def main() -> None:
                                   3),  # fmt: skip
         "collect_ms": round(statistics.median(collect_s) * ms, 3),
         "events_per_step": int(statistics.median(events)),
-        "summary_bytes": int(statistics.median(sizes)),
+        "message_bytes": int(statistics.median(sizes)),
     }
     print(json.dumps(result, indent=2))
 

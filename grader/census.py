@@ -1,10 +1,11 @@
 """Judges the census of a step (SPEC §2, §6): trusted, parent side; pure functions of a summary.
 
-The child's census (`grader.child.census`) reports, per marked step, every dispatcher op with its
-input shapes and the custom op and ``torch.autograd.Function`` around it, and on a GPU every
-kernel with the op it was launched under. Here that report is held against the rule that the
-convolution and the normalization run in the workspace's own Triton kernels, forward and backward,
-inside an autograd.Function, while the MLP may stay in PyTorch:
+The child's census (`grader.child.census`) sends, per read, the profiler's raw events and the
+steps marked; `grader.census_trace` builds here, in the parent, one summary per step: every
+dispatcher op with its input shapes and the custom op and ``torch.autograd.Function`` around it,
+and on a GPU every kernel with the op it was launched under. Here that summary is held against the
+rule that the convolution and the normalization run in the workspace's own Triton kernels, forward
+and backward, inside an autograd.Function, while the MLP may stay in PyTorch:
 
 (a) no PyTorch convolution, normalization or variance op anywhere in the step, nested inside a
     custom op or an autograd.Function included (`FORBIDDEN_OPS`);
@@ -14,13 +15,20 @@ inside an autograd.Function, while the MLP may stay in PyTorch:
     M = batch·length, C = channels, H = expansion·channels; anything else ((B, L·C, 1),
     (M, C, 1)...) is a sum done as a product; and no more of them than the MLP runs
     (`MLP_GEMMS`: two forward, four backward);
-(d) inside the submission's own autograd.Function ranges, on activation-sized tensors, only
-    allocation, views, copies, casts and fills (`FUNCTION_SAFE_OPS`): the arithmetic there is
-    the conv and the norm's, and it must be Triton's;
-(e) on a GPU: no PyTorch/cuDNN convolution or normalization kernel, no PyTorch library kernel
-    (reduction, GEMM) launched with no op recorded above it (the op was hidden from the census),
-    no activation-sized copy to the host, and at least one kernel that is not PyTorch's or a
-    library's (a Triton kernel) in every step;
+(d) inside the submission's own autograd.Function ranges, only allocation, views, copies, casts
+    and fills (`FUNCTION_SAFE_OPS`) on activation-sized tensors, and, in totals, PyTorch
+    arithmetic there touches less than one activation's worth of elements per step
+    (`function_arithmetic`: each op's largest input, summed over the step's innermost
+    arithmetic ops; an arithmetic op on a list of tensors, whose shapes are not recorded, is
+    found on its own): the conv and the norm's arithmetic must be Triton's, however finely it is
+    chunked (per example, per row: each chunk is below the activation, their sum is not);
+(e) on a GPU: no PyTorch/cuDNN convolution or normalization kernel; every library kernel
+    (PyTorch's, cuBLAS's...) matched to a recorded op of the step (`match_kernels`): its own
+    when kineto links it to one, else a distinct recorded op of its kind that launched nothing
+    linked and is large enough for the kernel's grid; a kernel nothing recorded accounts for is
+    an op hidden from the census (``redispatch``, a native thread); no activation-sized copy to
+    the host (its bytes read from the op that copied); and at least one kernel that is not
+    PyTorch's or a library's (a Triton kernel) in every step;
 and the census's own tamper evidence (`census-tampered`): a step whose profiler range is missing,
 forged (its nonce does not match the commitment sent before the step), empty although it
 returned (a step that raised may have run nothing), or whose profiler was stopped, restarted or
@@ -33,6 +41,13 @@ weights are as large), and below `MIN_LENGTH` positions per example (per-program
 conv taps' gradient, 3·C values for each of at least one program per example, are as large:
 the reference sums such partials with ``aten.sum``, 1152 values at B=3, L=1, C=128). Such steps
 are launch-bound; nothing done in PyTorch there makes a timed shape faster.
+
+The totals' threshold, one activation: a normalization's statistics alone read every element of
+the activation once (a per-example sum of the chunks is exactly one activation), so any PyTorch
+share of the norm's statistics or of its application reaches it. Honest Functions do
+weight-sized arithmetic: the reference's sum of the taps' per-program partials, (B·group, 3, C),
+is 3/L of the activation at one program per example (0.75 at L = `MIN_LENGTH`, measured on its
+CI and test shapes: 0.02-0.75), and rule (b) already keeps each such sum below one activation.
 """
 
 from __future__ import annotations
@@ -45,15 +60,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.child.census import (
-    FORBIDDEN_OPS,
-    MARKER_PREFIX,
-    NONCE_SEPARATOR,
-    REDUCTION_OPS,
+from grader.census_trace import (
+    MAX_EVENTS,
     KernelRecord,
     OpRecord,
+    RawEvent,
     StepSummary,
+    parse_rows,
+    summarize,
 )
+from grader.child.census import FORBIDDEN_OPS, MARKER_PREFIX, NONCE_SEPARATOR, REDUCTION_OPS
 from grader.report import RuleFinding, Severity
 
 TORCH_OP_ON_PATH = "torch-op-on-path"
@@ -272,6 +288,7 @@ def judge_step(summary: StepSummary, dims: BlockDims | None, *, gpu: bool
     big = (dims is not None and dims.activation >= MIN_ACTIVATION
            and dims.length >= MIN_LENGTH)
     gemms = 0
+    in_function = False  # an activation-sized op inside a Function was found on its own
     # Forbidden ops by where they ran: one conv is conv1d, convolution, _convolution and a
     # backend's op nested, one finding.
     forbidden: dict[str, dict[str, None]] = {}
@@ -282,6 +299,14 @@ def judge_step(summary: StepSummary, dims: BlockDims | None, *, gpu: bool
         if packet in FORBIDDEN_OPS:
             forbidden.setdefault(_where(op), {})[f"{namespace}.{packet}"] = None
             continue
+        if (op.function and op.lists and not op.composite and packet not in FUNCTION_SAFE_OPS
+                and big):
+            # On a GPU a _foreach_ op is one fused kernel over its list, whose shapes
+            # RecordFunction does not record (on a CPU its per-tensor ops are recorded nested).
+            add(TORCH_OP_ON_PATH,
+                f"{namespace}.{packet} on a list of tensors inside torch.autograd.Function "
+                f"{op.function} in {step}: its size cannot be read, and inside the conv+norm "
+                "Function PyTorch may only allocate, view, copy and cast")  # fmt: skip
         largest = max((_numel(s) for s in op.shapes if s), default=0)
         if not big or dims is None or largest < dims.activation:
             continue
@@ -296,6 +321,7 @@ def judge_step(summary: StepSummary, dims: BlockDims | None, *, gpu: bool
             counted, flagged = _judge_gemm(add, op, packet, dims, step)
             gemms += counted
         if op.function and packet not in FUNCTION_SAFE_OPS and not flagged:
+            in_function = True
             add(TORCH_OP_ON_PATH,
                 f"{namespace}.{packet} on an activation-sized tensor ({_shapes_text(op)}) "
                 f"inside torch.autograd.Function {op.function} in {step}: inside the conv+norm "
@@ -304,6 +330,16 @@ def judge_step(summary: StepSummary, dims: BlockDims | None, *, gpu: bool
     for where, names in forbidden.items():
         add(TORCH_OP_ON_PATH, f"PyTorch convolution/normalization ops ran in {step}{where}: "
                               f"{', '.join(names)}")
+    if big and dims is not None and not in_function:
+        total, by_function = function_arithmetic(summary.ops)
+        if total >= dims.activation:
+            names = ", ".join(f"{f} {n}" for f, n in sorted(by_function.items()))
+            add(TORCH_OP_ON_PATH,
+                f"PyTorch arithmetic inside the submission's torch.autograd.Function(s) touched "
+                f"{total} elements in {step} ({names}), at least the activation's {dims.activation}"
+                ": inside the conv+norm Function PyTorch may only allocate, view, copy and cast, "
+                "whatever the size of each op (chunks per example count in total); its "
+                "arithmetic must be the workspace's Triton")  # fmt: skip
     kind = step.split(":", 1)[0]
     allowed = MLP_GEMMS.get(kind, MLP_GEMMS_PER_STEP)
     if gemms > allowed:
@@ -336,39 +372,119 @@ def _judge_gemm(add: Any, op: OpRecord, packet: str, dims: BlockDims, step: str
     return counted, flagged
 
 
+def function_arithmetic(ops: Iterable[OpRecord]) -> tuple[int, dict[str, int]]:
+    """Rule (d)'s totals: the elements PyTorch arithmetic touched inside custom
+    autograd.Functions (each op's largest input, times how often; composite ops, whose nested
+    arithmetic is counted itself, and memory ops do not count), and the same per Function."""
+    by_function: dict[str, int] = {}
+    for op in ops:
+        namespace, packet = _split(op.name)
+        if (not op.function or namespace not in ("aten", "prims") or op.composite
+                or packet in FUNCTION_SAFE_OPS or packet in FORBIDDEN_OPS):
+            continue
+        largest = max((_numel(s) for s in op.shapes if s), default=1)
+        by_function[op.function] = by_function.get(op.function, 0) + largest * op.count
+    return sum(by_function.values()), by_function
+
+
+def _kernel_kind(name: str) -> str:
+    if _PRODUCT_KERNEL.search(name):
+        return "product"
+    return "reduction" if _SUM_KERNEL.search(name) else "other"
+
+
+def _op_kind(packet: str) -> str:
+    if packet in _LEAF_GEMMS:
+        return "product"
+    return "reduction" if is_reduction(packet) else "other"
+
+
+# How many unlinked library kernels one recorded op with no linked kernel may account for: a
+# matrix product two (cuBLASLt's GEMM and its split-K reduction come from one call, and on torch
+# 2.11 with CUDA 13 kineto links neither, 1 per step for the plain block on the H200 of
+# 2026-12-01), any other op one.
+_CAPACITY = {"product": 2, "reduction": 1, "other": 1}
+_SPLIT_K_KERNEL = re.compile(r"splitKreduce", re.IGNORECASE)
+# Grids up to this many blocks are matched by kind and count only for products: cuBLAS's
+# persistent kernels launch waves of the GPU's SMs (132 on an H200) whatever the problem's size,
+# so a small product may launch more blocks than it has elements. PyTorch's own kernels
+# (TensorIterator, reductions) launch no block without elements, which the size test uses.
+PERSISTENT_GRID_BLOCKS = 1024
+
+
+def match_kernels(summary: StepSummary) -> list[KernelRecord]:
+    """Rule (e)'s one-to-one matching: the library kernels of ``summary`` that no recorded op
+    accounts for (each with the count left unmatched).
+
+    A kernel kineto links to a recorded op is that op's. Every other library kernel needs a
+    distinct recorded aten op of the step of its kind (a product kernel a leaf matrix product, a
+    reduction kernel a reduction, any other kernel any arithmetic op) that (1) launched no kernel
+    linked to it (an op whose kernels are all seen is accounted for: a decoy ``x[:1].sum()``
+    launches its own, linked, so it buys nothing; a product whose GEMM is linked may still
+    account for its split-K reduction), (2) is large enough: where CUPTI's record gives the
+    kernel's grid, the op's inputs hold at least one element per thread block (PyTorch's kernels
+    launch no block without work; a one-element op launches one block), except for products of
+    up to `PERSISTENT_GRID_BLOCKS` blocks. Matched greedily, the largest kernels first to the
+    largest ops (with capacities per op, `_CAPACITY`)."""
+    # Per kind, one entry per recorded op that may still account for a kernel:
+    # [elements of its inputs, kernels it may still account for, split-K reductions only].
+    free: dict[str, list[list[int]]] = {"product": [], "reduction": [], "other": []}
+    for op in summary.ops:
+        namespace, packet = _split(op.name)
+        if namespace not in ("aten", "prims") or packet in FUNCTION_SAFE_OPS or op.composite:
+            continue
+        size = sum(_numel(s) for s in op.shapes if s) or 1
+        kind = _op_kind(packet)
+        for index in range(op.count):
+            if index >= op.launched:
+                free[kind].append([size, _CAPACITY[kind], 0])
+            elif kind == "product":
+                # Its GEMM is linked to it; its split-K reduction may still come unlinked.
+                free[kind].append([size, 1, 1])
+    for ops in free.values():
+        ops.sort(key=lambda entry: -entry[0])
+    unmatched: list[KernelRecord] = []
+    pending = [k for k in summary.kernels or ()
+               if _LIBRARY_KERNEL.search(k.name) and not k.launched_by
+               and not _CONV_NORM_KERNEL.search(k.name)]  # fmt: skip
+    for kernel in sorted(pending, key=lambda k: -k.blocks):
+        kind = _kernel_kind(kernel.name)
+        split = bool(_SPLIT_K_KERNEL.search(kernel.name))
+        # cuBLAS's persistent GEMMs launch a grid of the GPU's size whatever the problem's.
+        any_size = kind == "product" and kernel.blocks <= PERSISTENT_GRID_BLOCKS
+        left = kernel.count
+        for entry in free[kind]:
+            fits = any_size or entry[0] >= kernel.blocks
+            while left and entry[1] and fits and (split or not entry[2]):
+                entry[1] -= 1
+                left -= 1
+            if not left:
+                break
+        if left:
+            unmatched.append(KernelRecord(kernel.name, "", left, kernel.blocks))
+    return unmatched
+
+
 def _judge_kernels(add: Any, summary: StepSummary, dims: BlockDims | None, big: bool) -> None:
     """Rule (e): the step's GPU kernels and its copies to the host."""
     step = summary.label
     kernels = summary.kernels or ()
     own = [k for k in kernels if not _LIBRARY_KERNEL.search(k.name)]
-    # Library kernels that reduce or multiply with no op linked above them: on torch 2.11 with
-    # CUDA 13 (the H200 of 2026-12-01) cuBLAS(Lt) launches some of its GEMM and split-K kernels
-    # where kineto links no op (1 per step, also for the plain block), so a link alone cannot
-    # tell a hidden op. They are counted instead against the recorded ops that launch them:
-    # each recorded matrix product may bring two (a GEMM and its split-K reduction), each
-    # recorded reduction two; more is work no recorded op asked for.
-    gemm_ops = sum(op.count for op in summary.ops if _split(op.name)[1] in _LEAF_GEMMS)
-    reduce_ops = sum(op.count for op in summary.ops if is_reduction(_split(op.name)[1]))
-    budget = {"product": 2 * gemm_ops, "reduction": 2 * reduce_ops}
-    unlinked: dict[str, list[KernelRecord]] = {"product": [], "reduction": []}
     for k in kernels:
-        if not _LIBRARY_KERNEL.search(k.name):
-            continue
-        if _CONV_NORM_KERNEL.search(k.name):
+        if _LIBRARY_KERNEL.search(k.name) and _CONV_NORM_KERNEL.search(k.name):
             add(TORCH_OP_ON_PATH,
                 f"the PyTorch/cuDNN convolution or normalization kernel {k.name[:160]!r} ran "
                 f"{k.count}x in {step}")  # fmt: skip
-        elif not k.launched_by and _SUM_KERNEL.search(k.name):
-            kind = "product" if _PRODUCT_KERNEL.search(k.name) else "reduction"
-            unlinked[kind].append(k)
-    for kind, found in unlinked.items():
-        if sum(k.count for k in found) > budget[kind]:
-            names = ", ".join(f"{k.name[:100]!r} ×{k.count}" for k in found[:3])
-            add(TORCH_OP_ON_PATH,
-                f"library {kind} kernels with no PyTorch op linked above them ran in {step} "
-                f"({names}), more than the {budget[kind] // 2} recorded {kind} op(s) launch: "
-                "an op hidden from the census (record_function switched off, or a direct "
-                "redispatch to the backend)")  # fmt: skip
+    unmatched = match_kernels(summary)
+    if unmatched:
+        names = ", ".join(f"{k.name[:100]!r} ×{k.count}"
+                          + (f" ({k.blocks} blocks)" if k.blocks else "")
+                          for k in unmatched[:3])  # fmt: skip
+        add(TORCH_OP_ON_PATH,
+            f"library kernels that no recorded PyTorch op of {step} accounts for ran there "
+            f"({names}): each library kernel needs an op of its kind and size, one to one; an "
+            "op hidden from the census (record_function switched off, a direct redispatch to "
+            "the backend, a native thread)")  # fmt: skip
     if not own:
         add(NO_TRITON_KERNEL,
             f"every kernel of {step} is PyTorch's or a library's "
@@ -390,6 +506,10 @@ class CensusLedger:
 
     open: dict[str, str] = field(default_factory=dict)
     settled_in_item: int = 0
+    # The raw events of the child's current read (`judge_message`'s ``events`` messages), from
+    # which each ``step`` message's summary is built; ``cut``: more came than `MAX_EVENTS`.
+    events: list[RawEvent] = field(default_factory=list)
+    cut: bool = False
     # Steps stay open until the harness collects: the gate's after each item, the timing
     # harness's at each audit (`grader.interleave`); `close_item` then finds any left open.
 
@@ -458,25 +578,54 @@ def ledger_for(owner: Any) -> CensusLedger:
 
 def judge_message(message: dict[str, Any], dims: BlockDims | None, ledger: CensusLedger, *,
                   gpu: bool, rules: bool = True) -> list[CensusFinding]:  # fmt: skip
-    """One ``census`` channel message: an announcement (``label``, ``commit``) or a summary
-    (``summary``). A malformed message is tampering. ``rules`` false: a step of the harness's
-    own block (its ops are PyTorch's by design), kept in the ledger, not judged."""
-    if "summary" not in message:
+    """One ``census`` channel message: an announcement (``label``, ``commit``), raw events of a
+    read (``events``, ``first``: the read's first, which starts a new one), or a step of that read
+    (``step``: ``label``, ``raised``, ``notes``), whose summary is built here from the read's
+    events (`grader.census_trace.summarize`) and judged with ``dims``. A malformed message is
+    tampering. ``rules`` false: a step of the harness's own block (its ops are PyTorch's by
+    design), kept in the ledger, not judged."""
+    if "events" in message:
+        try:
+            events = parse_rows(message["events"])
+            first = message.get("first")
+            if not isinstance(first, bool):
+                raise ValueError(f"'first' is {first!r:.40}, not true or false")
+        except ValueError as exc:
+            return [CensusFinding(CENSUS_TAMPERED, f"malformed census events: {exc}")]
+        if first:
+            ledger.events, ledger.cut = [], False
+        room = MAX_EVENTS - len(ledger.events)
+        ledger.cut = ledger.cut or len(events) > room
+        ledger.events.extend(events[:max(room, 0)])
+        return []
+    if "step" not in message:
         label, commit = message.get("label"), message.get("commit")
         if not isinstance(label, str) or not isinstance(commit, str):
             return [CensusFinding(CENSUS_TAMPERED, f"a malformed census message: {message!r:.200}")]
         return ledger.announce(label, commit)
-    try:
-        summary = StepSummary.from_json(message["summary"])
-    except ValueError as exc:
-        return [CensusFinding(CENSUS_TAMPERED, f"a malformed census summary: {exc}")]
+    step = message["step"]
+    label = step.get("label") if isinstance(step, dict) else None
+    raised = step.get("raised") if isinstance(step, dict) else None
+    notes = step.get("notes") if isinstance(step, dict) else None
+    if (not isinstance(label, str) or not isinstance(raised, bool) or not isinstance(notes, list)
+            or not all(isinstance(n, str) for n in notes)):
+        return [CensusFinding(CENSUS_TAMPERED, f"a malformed census step: {step!r:.200}")]
+    if ledger.cut:
+        notes = [*notes, f"the read of step {label} brought more than {MAX_EVENTS} events"]
+    summary = summarize(label, raised, tuple(notes), ledger.events, cuda=gpu,
+                        safe=FUNCTION_SAFE_OPS)  # fmt: skip
     return [*ledger.settle(summary), *(judge_step(summary, dims, gpu=gpu) if rules else ())]
+
+
+def is_step(message: dict[str, Any]) -> bool:
+    """Whether a ``census`` message reports a step (its dims are needed now, and no more)."""
+    return "step" in message
 
 
 def message_label(message: dict[str, Any]) -> str:
     """The step a ``census`` message is about (for the findings' phase), ``?`` if it says none."""
-    summary = message.get("summary")
-    label = summary.get("label") if isinstance(summary, dict) else message.get("label")
+    step = message.get("step")
+    label = step.get("label") if isinstance(step, dict) else message.get("label")
     return label if isinstance(label, str) else "?"
 
 
@@ -500,17 +649,21 @@ __all__ = [
     "MIN_ACTIVATION",
     "MIN_LENGTH",
     "NO_TRITON_KERNEL",
+    "PERSISTENT_GRID_BLOCKS",
     "REDUCTION_OPS",
     "TORCH_OP_ON_PATH",
     "BlockDims",
     "CensusFinding",
     "CensusLedger",
+    "function_arithmetic",
     "gemm_dims",
     "is_gemm",
+    "is_step",
     "is_reduction",
     "judge_message",
     "judge_step",
     "ledger_for",
+    "match_kernels",
     "message_label",
     "rule_findings",
 ]

@@ -2,7 +2,8 @@
 gradients' relative L2 error, bit-for-bit equality, and each as a utilisation (error ÷ budget).
 
 The gate (`grader.gate`), the agent's repro scripts and the tuner's proofs all judge with these, so
-a number means the same wherever it is printed.
+a number means the same wherever it is printed. The formulas themselves are
+`grader.child.comparison`'s, which the timed checks of the baselines process use too.
 """
 
 from __future__ import annotations
@@ -12,13 +13,11 @@ from typing import Any
 
 import torch
 
+from grader.child import comparison
 from grader.config import Budget
 from grader.report import CheckResult
 
 GRAD_KEYS = ("grad_x", "grad_conv", "grad_fc1", "grad_fc2")
-# A gradient whose reference is (near) zero has no relative scale; below this RMS per element the
-# norm of the reference is replaced by it, so exact-zero truths still allow rounding noise.
-_GRAD_NORM_FLOOR = 1e-6
 
 
 def forward_check(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> CheckResult:
@@ -28,9 +27,10 @@ def forward_check(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> Check
         bad = int((~torch.isfinite(out64)).sum())
         return CheckResult("forward", False, math.inf, 1.0, math.inf,
                            f"{bad} of {out64.numel()} output values are not finite")  # fmt: skip
+    ratio = comparison.forward_ratio(torch, out64, ref, budget.forward_atol, budget.forward_rtol)
+    ref = ref.to(torch.float64)
     diff = (out64 - ref).abs()
     allowed = budget.forward_atol + budget.forward_rtol * ref.abs()
-    ratio = diff / allowed
     worst = float(ratio.max()) if ratio.numel() else 0.0
     passed = worst <= 1.0
     detail = ""
@@ -46,15 +46,13 @@ def forward_check(out: torch.Tensor, ref: torch.Tensor, budget: Budget) -> Check
 
 
 def rel_l2_check(name: str, got: torch.Tensor, ref: torch.Tensor, budget: float) -> CheckResult:
-    """``‖got − ref‖₂ / ‖ref‖₂ ≤ budget`` (the norm floored, see ``_GRAD_NORM_FLOOR``)."""
+    """``‖got − ref‖₂ / ‖ref‖₂ ≤ budget`` (the norm floored: `grader.child.comparison`)."""
     got64 = got.to(torch.float64)
     if not torch.isfinite(got64).all():
         bad = int((~torch.isfinite(got64)).sum())
         return CheckResult(name, False, math.inf, budget, math.inf,
                            f"{bad} of {got64.numel()} values are not finite")  # fmt: skip
-    ref_norm = float(ref.norm())
-    floor = _GRAD_NORM_FLOOR * math.sqrt(max(ref.numel(), 1))
-    error = float((got64 - ref).norm()) / max(ref_norm, floor)
+    error = float(comparison.rel_l2_error(torch, got64, ref))
     passed = error <= budget
     detail = "" if passed else f"relative L2 error {error:.3g} > budget {budget:.3g}"
     return CheckResult(name, passed, error, budget, error / budget, detail)

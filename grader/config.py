@@ -26,6 +26,9 @@ TIMED_BLOCKS = ("plain", "ref", "sub")
 # A between-process term this large (5% of r) would say the protocol cannot tell submissions
 # apart; a profile asking for it is a typo.
 MAX_PROCESS_SD = 0.05
+# A baselines' drift bound this wide (25%) would let a second context slow plain unnoticed by as
+# much; a profile asking for it is a typo.
+MAX_BASELINE_DRIFT = 0.25
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "scoring.yaml"
 
 
@@ -209,6 +212,11 @@ class Profile:
     # unless the grade says otherwise: on where an A/B on this profile's GPU found the score
     # unmoved and the grade faster.
     overlap_timing: bool = False
+    # Plain's and the reference's interleaved medians must lie within this fraction of their
+    # medians timed alone before the submission's process imported anything, or the grade is
+    # void (`grader.timing.baseline_drift`): a fixed bound, never one that grows with a spread
+    # that a second context of the submission could widen.
+    baseline_drift: float = 0.03
 
     def __post_init__(self) -> None:
         if self.warmup < 0:
@@ -228,6 +236,9 @@ class Profile:
         if self.alone_rounds < 2 or self.alone_rounds % 2:
             _invalid("alone_rounds", f"must be an even number ≥ 2 (two halves, to know their "
                      f"noise), got {self.alone_rounds!r}")
+        if not 0.0 < self.baseline_drift < MAX_BASELINE_DRIFT:
+            _invalid("baseline_drift", f"must be in (0, {MAX_BASELINE_DRIFT}) (a fraction of "
+                     f"the baselines' alone medians), got {self.baseline_drift!r}")
         if not 0.0 <= self.process_sd < MAX_PROCESS_SD:
             _invalid("process_sd", f"must be in [0, {MAX_PROCESS_SD}) (a log-scale standard "
                      f"deviation), got {self.process_sd!r}")
@@ -245,12 +256,27 @@ class Timing:
     profiles: dict[str, Profile]
     official: str = "l4"
     fallback: str = "smoke"
+    # The trusted probe of the device (`grader.child.steps.Timer.probe`, in the baselines
+    # process) before every step and after every step of the submission's process: a kernel of
+    # its own that runs within ``probe_idle_ms`` of its launch, twice running, says no other
+    # context holds the GPU; one still busy after ``probe_limit_s`` voids the grade; found busy
+    # for over ``probe_busy_ms`` before a step, the round runs again, and more than
+    # ``busy_reruns`` of those void the grade.
+    probe_idle_ms: float = 0.25
+    probe_limit_s: float = 5.0
+    probe_busy_ms: float = 1.0
+    busy_reruns: int = 10
 
     def __post_init__(self) -> None:
         for key in ("official", "fallback"):
             name = getattr(self, key)
             if name not in self.profiles:
                 _invalid(key, f"{name!r} is not a profile ({sorted(self.profiles)})")
+        _positive("probe_idle_ms", self.probe_idle_ms)
+        _positive("probe_limit_s", self.probe_limit_s)
+        _positive("probe_busy_ms", self.probe_busy_ms)
+        if self.busy_reruns < 0:
+            _invalid("busy_reruns", f"must be ≥ 0, got {self.busy_reruns!r}")
 
     def profile_for_gpu(self, gpu_name: str | None) -> str:
         """The default profile for a GPU name (first whose ``gpus`` entry is in it)."""

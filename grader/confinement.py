@@ -38,7 +38,7 @@ import site
 import sys
 import sysconfig
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader.child.confine import POLICY_ENV, Policy, allow_all_but, landlock_abi
@@ -182,9 +182,10 @@ class Harness:
         for name in HARNESS_FILES:
             (self.root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PROJECT_DIR / name, self.root / name)
-        for path in self.root.rglob("*"):
-            path.chmod(0o555 if path.is_dir() else 0o444)
-        self.root.chmod(0o555)
+        # Read-only for the child by its policy (READ rights only); the files read-only here too,
+        # the folders not, so the grade's clean-up can remove them as any user.
+        for path in self.root.rglob("*.py"):
+            path.chmod(0o444)
 
     def script(self, entry: Path) -> Path:
         """The copy of the harness script ``entry`` (a file of ``grader/child/``)."""
@@ -251,8 +252,26 @@ def child_policy(harness: Harness, workdir: Path, *, gpu: bool,
     )
 
 
+OFF_ENV = "GRADER_CONFINEMENT"
+"""``GRADER_CONFINEMENT=off`` in the grader's own environment (the operator's, never a child's)
+runs the children unconfined: a way out for a host where the policy breaks something the
+project has not met yet (a GPU driver's file, say). The report says so."""
+
+
+def confinement_on() -> bool:
+    return os.environ.get(OFF_ENV, "").strip().lower() != "off"
+
+
+def confine_child(harness: Harness, policy: Policy) -> ChildConfinement | None:
+    """The child's confinement, or None where the operator turned it off (`OFF_ENV`)."""
+    return ChildConfinement(harness, policy) if confinement_on() else None
+
+
 def host_confinement() -> str:
     """What this host's kernel lets the grader enforce, for the report."""
+    if not confinement_on():
+        return (f"off ({OFF_ENV}=off in the grader's environment): the children are not "
+                "confined by the operating system")
     abi = landlock_abi()
     if not abi:
         return ("seccomp and not-dumpable only: this kernel has no Landlock, so the children's "
@@ -262,5 +281,19 @@ def host_confinement() -> str:
     return ", ".join(parts)
 
 
-def with_extra(policy: Policy, *, read: Sequence[str] = (), write: Sequence[str] = ()) -> Policy:
-    return replace(policy, read=(*policy.read, *read), write=(*policy.write, *write))
+def unconfined(pid: int) -> str:
+    """Why process ``pid`` is not confined ("" when it is), read by the parent from the kernel
+    (``/proc/<pid>/status``: a seccomp filter and no_new_privs, which the bootstrap sets before
+    the harness runs), never from the child."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        status = ""
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    seccomp = fields.get("Seccomp", "").strip()
+    no_new_privs = fields.get("NoNewPrivs", "").strip()
+    if seccomp == "2" and no_new_privs == "1":
+        return ""
+    return (f"its process is not confined (Seccomp {seccomp or '?'}, NoNewPrivs "
+            f"{no_new_privs or '?'}; the bootstrap installs a filter and sets no_new_privs "
+            "before the harness runs)")

@@ -2,8 +2,10 @@
 the answer it expects, under a deadline; anything else the child sends is tampering.
 
 `Child` wraps a `grader.sandbox.ChildProcess`; `Stop` is how a run ends early, with a status and
-a reason. A held step's release (`grader.interleave`) is the one thing the parent does while it
-waits: `Child.wait` calls it if the answer is late.
+a reason. The submission's child is stopped (SIGSTOP) between the parent's commands: from the
+answer it owes (`ask`, or a step's ``done``) to the next command. A held step's release
+(`grader.interleave`) is the one thing the parent does while it waits: `Child.wait` calls it if
+the answer is late.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class Child:
         # Per command: how many were sent and the parent's seconds from sending to the answer
         # (telemetry: where a run's wall time goes).
         self.spent: dict[str, list[float]] = {}
+        # The submission's process is stopped (SIGSTOP) from each answer it owes until the
+        # parent's next command to it: it cannot run, or enqueue GPU work, outside its windows.
+        self.pausable = not trusted
+        self.paused = False
         process.deadline = lambda: self.due
 
     def wait(self, expect: str, what: str, work_s: float, late_s: float | None = None,
@@ -126,9 +132,22 @@ class Child:
             self.process.tamper(f"sent {event!r} that no command asked for")
             raise self.stop()
 
+    def pause(self) -> None:
+        """Stop an untrusted child until the parent's next command (`send` continues it)."""
+        if self.pausable and not self.paused and not self.process.ended:
+            self.process.pause()
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.process.resume()
+
     def send(self, command: dict[str, Any]) -> float:
-        """Write ``command``; the parent's clock just before it was written."""
+        """Write ``command`` (an untrusted child continued first, `pause`); the parent's clock
+        just before it was written."""
         line = json.dumps(command) + "\n"
+        self.resume()
         start = time.perf_counter()
         self.process.send(line)
         return start
@@ -145,6 +164,7 @@ class Child:
         command is written to when the answer's frame was read."""
         start = self.send(command)
         message = self.wait(expect, what, work_s)
+        self.pause()
         self.spent_on(command, start)
         return message, 1e3 * (float(message.get("_received", start)) - start)
 

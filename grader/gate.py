@@ -33,7 +33,7 @@ import torch
 from grader import census
 from grader.checks import GRAD_KEYS, exact_check, forward_check, rel_l2_check
 from grader.config import Case, DeadlineRule, ScoringConfig
-from grader.confinement import ChildConfinement, Harness, child_policy
+from grader.confinement import Harness, child_policy, confine_child
 from grader.deadlines import plain_step_seconds
 from grader.gate_children import shard_items, worst_child
 from grader.report import CaseResult, CheckResult, RuleFinding, Severity
@@ -437,8 +437,10 @@ class _Conversation:
         if event == "census":
             # A step announced, or its op and kernel census: judged here, not in the child.
             label = census.message_label(message)
-            if "summary" in message:
+            if census.is_step(message):
                 dims = self.census_dims.pop(label, None)
+            elif "events" in message:
+                dims = None  # a read's raw events: its steps come next
             else:
                 item = self.items[self.current] if self.current is not None else None
                 dims = census.BlockDims.of_case(item.case) if item is not None else None
@@ -531,7 +533,9 @@ def run_gate(
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
-    env = {**(env_extra or {}), "TRITON_CACHE_DIR": str(workdir / ".triton")}
+    cache = workdir / ".triton"
+    cache.mkdir()
+    env = {**(env_extra or {}), "TRITON_CACHE_DIR": str(cache)}
     shards = shard_items(items, processes) or ((),)
     harness = Harness(workdir / "harness")
     lock = threading.Lock()
@@ -561,7 +565,9 @@ def run_gate(
         }
         job_path = home / ".grader" / "job.json"
         job_path.write_text(json.dumps(job))
-        confined = ChildConfinement(harness, child_policy(harness, home, gpu=device != "cpu"))
+        # Its home, and the Triton cache every gate child compiles into.
+        confined = confine_child(harness, child_policy(harness, home, gpu=device != "cpu",
+                                                       write=[cache]))
         talk = _Conversation(local, secret, home, shard_progress(k),
                              config.limits.deadlines.for_device(device), oracle_device,
                              config.correctness.drift.steps)  # fmt: skip

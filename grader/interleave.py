@@ -11,16 +11,19 @@ alone) through one command at a time each, and measures every step by its own cl
    ``alone_rounds`` timed rounds of the two, the shapes in turns, while the submission process
    is idle (it has not imported the submission yet); the other half after the interleaved
    rounds and the memory report, the submission's process idle again. If the same blocks'
-   times interleaved with the submission lie outside what they took alone before and after,
-   the grade is void (`grader.timing`).
+   times interleaved with the submission lie more than a fixed bound from what they took alone
+   before, the grade is void (`grader.timing`; the rounds after are information only).
 3. The submission process maps the slab, imports ``solution`` and builds a block per shape.
 4. **Interleaved**: per shape, warm-up rounds; then every shape's timed rounds, in visits of
-   one cycle of the Williams orders, the shapes in turns. A round: ``fill`` (the baselines
+   one cycle of the Williams orders, the shapes in turns; which order of the cycle a round gets
+   is drawn when it starts (`grader.orders.RoundOrders`). A round: ``fill`` (the baselines
    process draws the round's values from a seed the parent takes from the OS only now), then for
-   each block in the round's order ``flush`` (the L2, by the process that does not own the
-   block) and ``go`` to the process that owns it, then ``check`` (the baselines process
-   compares the reference's and the submission's evidence with plain's, before the submission
-   runs again).
+   each block in the round's order ``flush`` (the baselines process probes the device and
+   flushes the L2, whichever block's step follows) and ``go`` to the process that owns it, and
+   after a step of the submission's process ``probe`` (the baselines process waits until the
+   device is free of that step's work: the step's wall ends then), then ``check`` (the
+   baselines process compares the reference's and the submission's evidence with plain's,
+   before the submission runs again).
 5. After the warm-ups and after each visit the submission process is audited (guard, timers,
    stream, processes) and sends the op, kernel and launch census of every step since the last
    audit, which the parent judges (`grader.census`; each step was announced with a commitment
@@ -28,6 +31,13 @@ alone) through one command at a time each, and measures every step by its own cl
    process runs the same census and rule guard on its steps, unread, and restarts its census
    with every audit and at the same cadence in the alone rounds: what the harness costs a step
    is then the same for every block.
+
+**Between its commands the submission's process is stopped** (SIGSTOP from each answer it owes
+to the parent's next command, `grader.conversation.Child.pause`): nothing it runs, and nothing it
+enqueues on the GPU, can fall outside its own windows. What it left running is on its step's
+wall (``probe``; after an import, a build or an audit it is waited out: `grader.idle`); work
+found before a later step (nobody trusted started it) runs the round again, and more than the
+config's ``busy_reruns`` of those, or a device never idle, void the grade.
 
 **Held steps** (where both children could set up a hold: `grader.child.hold.Hold`): a step is
 enqueued whole behind a wait on the GPU and answered ``armed``; the parent then releases it by
@@ -66,18 +76,17 @@ from pathlib import Path
 from typing import Any
 
 from grader import census as census_rules
-from grader import telemetry
+from grader import idle, telemetry
 from grader.child.hold import DEFAULT_HOST_WAIT, HoldPage, host_wait_flag
 from grader.config import DeadlineRule, Profile, ScoringConfig
-from grader.confinement import ChildConfinement, Harness, child_policy
+from grader.confinement import Harness, child_policy, confine_child
 from grader.conversation import Child, Stop
-from grader.orders import williams_orders
+from grader.measurements import BASELINES, BLOCKS, Interleaved, ShapeRaw, number
+from grader.orders import RoundOrders, williams_orders
 from grader.sandbox import ARM_EVENT, ChildLimits, ChildProcess, ChildResult, Outcome
 
 CHILD_DIR = Path(__file__).resolve().parent / "child"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BLOCKS = ("plain", "ref", "sub")
-BASELINES = ("plain", "ref")
 ORDERS = williams_orders(BLOCKS)
 VISIT_ROUNDS = len(ORDERS)
 # Orders of the baselines timed alone: each first half the time.
@@ -101,69 +110,6 @@ SHM_DIR = Path("/dev/shm")
 
 
 @dataclass
-class ShapeRaw:
-    """What was measured of one shape.
-
-    Attributes:
-        window_ms: Per block, per timed round: the child's event window (start → device idle).
-        tail_ms: Per block, per round: the step returned → device idle.
-        wall_ms: Per block, per round: the parent's ``go`` → ``done``.
-        alone_ms: Per baseline: event windows of its rounds timed alone (half before the
-            submission's process imported anything, half after the interleaved rounds), in the
-            order taken.
-        calibration_ms: The submission's process's steps of the harness's own block before the
-            import: each one's parent's wall less its event window.
-        util: Per round, [ref row, sub row]: utilisation of [forward, grad_x, conv, fc1, fc2]
-            against plain, from the baselines process.
-        oracle_util: The submission's worst utilisation in the rounds held to the fp64 oracle.
-    """
-
-    window_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
-    tail_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
-    wall_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BLOCKS})
-    alone_ms: dict[str, list[float]] = field(default_factory=lambda: {n: [] for n in BASELINES})
-    calibration_ms: list[float] = field(default_factory=list)
-    util: list[list[list[float]]] = field(default_factory=list)
-    oracle_util: list[float] = field(default_factory=list)
-
-
-@dataclass
-class Interleaved:
-    """The whole run: per-shape measurements, how it ended, what the children said.
-
-    Attributes:
-        shapes: One `ShapeRaw` per profile shape (empty lists where not reached).
-        status: ``ok`` or a `grader.timing.TimingStatus` value.
-        reason: Why not ok.
-        device: The baselines process's ``ready`` facts about the GPU.
-        snapshots: GPU telemetry around the phases.
-        baselines, submission: How each child ended.
-        memory: The submission process's ``memory`` message (with how its GPU memory was read,
-            ``accounting``).
-        handshake_ms: Per process, the parent's round trip of an empty command (median).
-        command_s: Per process and command: [how many, the parent's seconds waiting on them].
-        load_s: Seconds the submission's import took.
-        hold: How the steps were timed: ``held``, or ``unheld: <why>``.
-        host_wait: Per process, how its host waits for the device in a synchronization
-            (`grader.child.hold.set_host_wait`: the wait asked for, or ``auto: <why not>``).
-    """
-
-    shapes: list[ShapeRaw]
-    status: str = "ok"
-    reason: str = ""
-    device: dict[str, Any] = field(default_factory=dict)
-    snapshots: list[telemetry.GpuSnapshot] = field(default_factory=list)
-    baselines: ChildResult | None = None
-    submission: ChildResult | None = None
-    memory: dict[str, Any] = field(default_factory=dict)
-    handshake_ms: dict[str, float] = field(default_factory=dict)
-    command_s: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    load_s: float | None = None
-    hold: str = "unheld: not started"
-    host_wait: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
 class _Run:
     """The state of one interleaved run: the two children, what was measured, the census's
     ledger (steps announced, awaiting their summaries) and each announced step's dims."""
@@ -179,7 +125,10 @@ class _Run:
     slack: float
     launches: bool = True
     out_device: str = "cuda"
-    steps: int = 0
+    # Per child, its steps so far: a step's number counts only its own process's steps, so the
+    # gaps between the submission's numbers say nothing of how many steps the baselines ran
+    # between two of its own (its position in the round, which is drawn when the round starts).
+    steps: collections.Counter[str] = field(default_factory=collections.Counter)
     ledger: census_rules.CensusLedger = field(default_factory=census_rules.CensusLedger)
     dims: dict[str, census_rules.BlockDims] = field(default_factory=dict)
     harness_steps: set[str] = field(default_factory=set)  # census labels of "cal" steps
@@ -190,6 +139,9 @@ class _Run:
     pages: dict[str, HoldPage] = field(default_factory=dict)
     # Per (block, shape): its held steps released before they were armed.
     late: collections.Counter[tuple[str, int]] = field(default_factory=collections.Counter)
+    # The round in progress found the device busy before one of its steps
+    # (`grader.idle.busy_before`).
+    rerun: bool = False
 
     def release(self, child: Child, step: int) -> None:
         """Release ``child``'s held step ``step``: write its number to the child's page. The page
@@ -206,34 +158,50 @@ class _Run:
     def step(self, child: Child, command: dict[str, Any], what: str, work: float,
              index: int, held: bool) -> tuple[dict[str, Any], float, bool]:
         """One step, ``held`` or not: its ``done`` answer, the parent's wall in ms, and whether a
-        held step was armed before its release (False: `HOLD_RELEASE_S` ran out first)."""
-        if not held:
-            message, wall = child.ask(command, "done", what, work)
-            return message, wall, True
-        step = int(command["step"])
-        if child is self.sub:
-            self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed", f"{what}: scrub", work)
-        sent = child.send(command | {"held": True})
+        held step was armed before its release (False: `HOLD_RELEASE_S` ran out first).
+
+        A step of the submission's process ends on the parent's clock only once the trusted
+        probe found the device free of its work (`grader.idle.drain`): its wall runs from the
+        ``go`` or the release to then, not to a ``done`` it may have sent before its work
+        finished."""
         early: list[float] = []
+        if not held:
+            start = child.send(command)
+            message = child.wait("done", what, work)
+            child.spent_on(command, start)
+        else:
+            step = int(command["step"])
+            if child is self.sub:
+                # The probe before this step is the scrub's: once the step is armed, its own
+                # work waits on the GPU behind its hold, and the probe is for what is not.
+                scrubbed, _ = self.base.ask({"cmd": "scrub", "shape": index}, "scrubbed",
+                                            f"{what}: scrub", work)
+                self.rerun = idle.busy_before(scrubbed, what, self.config.timing, self.out)
+                if self.rerun:
+                    return scrubbed, 0.0, True
+            sent = child.send(command | {"held": True})
 
-        def late() -> None:
-            early.append(time.perf_counter())
-            self.release(child, step)
+            def late() -> None:
+                early.append(time.perf_counter())
+                self.release(child, step)
 
-        armed = child.wait("armed", f"{what} (enqueueing)", work, HOLD_RELEASE_S, late)
-        if armed.get("step") != step:
-            child.process.tamper(f"armed step {armed.get('step')!r} for step {step}")
-            raise child.stop()
+            armed = child.wait("armed", f"{what} (enqueueing)", work, HOLD_RELEASE_S, late)
+            if armed.get("step") != step:
+                child.process.tamper(f"armed step {armed.get('step')!r} for step {step}")
+                raise child.stop()
+            if child is self.sub:
+                self.base.ask({"cmd": "restore", "shape": index}, "restored",
+                              f"{what}: the values back", work)
+            start = time.perf_counter()
+            if not early:
+                self.release(child, step)
+            message = child.wait("done", what, work)
+            child.spent_on(command, sent)
+            start = early[0] if early else start
+        end = float(message.get("_received", start))
         if child is self.sub:
-            self.base.ask({"cmd": "restore", "shape": index}, "restored",
-                          f"{what}: the values back", work)
-        start = time.perf_counter()
-        if not early:
-            self.release(child, step)
-        message = child.wait("done", what, work)
-        child.spent_on(command, sent)
-        wall = 1e3 * (float(message.get("_received", start)) - (early[0] if early else start))
-        return message, wall, not early
+            end = idle.drain(self.base, self.sub, self.out, what, work)
+        return message, 1e3 * (end - start), not early
 
     def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,
               label: str, hold: bool = True) -> None:
@@ -252,32 +220,42 @@ class _Run:
                       f"drawing the values of {label}", work)
         samples: list[tuple[str, float, float, float]] = []
         held = self.held and hold
+        self.rerun = False
         for name in order:
             child = self.sub if name in ("sub", "cal") else self.base
-            # The L2 is flushed by the *other* process: every step then begins with the GPU
-            # switching to its process's context, whichever block it is. (With both flushes in
-            # the baselines process, the submission's steps alone paid the switch: 0.2-0.4 ms
-            # more outside their windows on an H200.) A flush the submission's process skips
-            # only warms the baselines' steps. A held step of the submission's process is
-            # flushed by the baselines' ``restore``, after its values are back.
-            flusher = self.base if child is self.sub else self.sub
+            # The device probed and the L2 flushed before every step by the baselines process,
+            # whichever block's (the submission's process is stopped meanwhile). A held step of
+            # the submission's process is probed at the baselines' ``scrub`` (before its go)
+            # and flushed by their ``restore``, after its values are back. (When the
+            # submission's process flushed before the baselines' steps, its synchronize there
+            # drained its own leftover work unseen; the steps of the submission's process now
+            # alone begin with a switch of the GPU's context, which its calibration steps pay
+            # too: `grader.timing.analyze_shape`.)
             if not (held and child is self.sub):
-                flusher.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
-            self.steps += 1
-            command = {"cmd": "go", "shape": index, "block": name, "step": self.steps}
+                flushed, _ = self.base.ask({"cmd": "flush"}, "flushed", "flushing the L2", work)
+                self.rerun = idle.busy_before(flushed, f"a step of {name} in {label}",
+                                              self.config.timing, self.out)
+                if self.rerun:
+                    return False  # the round runs again, from fresh values
+            self.steps[child.who] += 1
+            nth = self.steps[child.who]
+            command = {"cmd": "go", "shape": index, "block": name, "step": nth}
             if name == "sub":
                 command["label"] = label
-                self.dims[f"step:{label}#{self.steps}"] = self.block_dims[index]
+                self.dims[f"step:{label}#{nth}"] = self.block_dims[index]
             elif name == "cal":
                 command["label"] = f"calibration:{label}"
-                self.harness_steps.add(f"step:calibration:{label}#{self.steps}")
+                self.harness_steps.add(f"step:calibration:{label}#{nth}")
             message, wall, armed = self.step(child, command, f"a step of {name} in {label}",
                                              work, index, held)
-            if message.get("step") != self.steps:
+            if self.rerun:
+                # Found busy before this step (its scrub's probe): the round runs again.
+                return False
+            if message.get("step") != nth:
                 # A done that answers another step (one sent early, or a stale one) is the
                 # harness's clock no longer being the step's.
                 child.process.tamper(f"answered step {message.get('step')!r} to step "
-                                     f"{self.steps}")
+                                     f"{nth}")
                 raise child.stop()
             if not armed:
                 # Released before it was armed: its host took over `HOLD_RELEASE_S` to enqueue
@@ -289,13 +267,13 @@ class _Run:
                 self.late[name, index] += 1
                 if self.late[name, index] >= 2:
                     self.held = False
-                    self.out.hold = (f"unheld from step {self.steps} on: the {name} step in "
+                    self.out.hold = (f"unheld from step {nth} on: the {name} step in "
                                      f"{label} was twice not enqueued within "
                                      f"{HOLD_RELEASE_S:g} s (it waits on the GPU inside its "
                                      "step)")
                     self.progress(self.out.hold)
                 return False
-            samples.append((name, _number(message, "window_ms"), _number(message, "tail_ms"),
+            samples.append((name, number(message, "window_ms"), number(message, "tail_ms"),
                             wall))
         if timed:
             for name, window, tail, wall in samples:
@@ -337,7 +315,7 @@ class _Run:
         """One ``census`` message of the submission's process, judged here (`grader.census`)."""
         label = census_rules.message_label(message)
         # A step's dims are needed until its summary comes, once.
-        dims = self.dims.pop(label, None) if "summary" in message else self.dims.get(label)
+        dims = self.dims.pop(label, None) if census_rules.is_step(message) else self.dims.get(label)
         found = census_rules.judge_message(message, dims, self.ledger,
                                            gpu=self.out_device == "cuda",
                                            rules=label not in self.harness_steps)
@@ -359,6 +337,7 @@ class _Run:
         message, _ = self.sub.ask({"cmd": "audit", "label": label}, "audited",
                                   f"auditing after {label}")
         self.base.wait("collected", f"the census after {label}", 0.0)
+        idle.settle(self.base, f"the audit after {label}")
         steps = message.get("steps")
         if not isinstance(steps, list) or not all(
                 isinstance(st, dict) and isinstance(st.get("own"), int)
@@ -390,13 +369,6 @@ def as_util(value: Any) -> float:
     except (TypeError, ValueError):
         return math.inf
     return math.inf if math.isnan(out) else out
-
-
-def _number(message: dict[str, Any], key: str) -> float:
-    value = message.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return float("nan")
-    return float(value)
 
 
 def _label(profile: Profile, index: int) -> str:
@@ -482,6 +454,8 @@ def start_interleaved(
                            "grad_rel": b.grad_rel} for name, b in config.budgets.items()},
         "reference_module": reference_module,
         "host_wait": host_wait,
+        "probe_idle_ms": config.timing.probe_idle_ms,
+        "probe_limit_s": config.timing.probe_limit_s,
     }
     if device == "cpu":
         # In a folder of its own: the submission's confinement names the folder, which must
@@ -505,14 +479,16 @@ def start_interleaved(
     # The submission's process runs the harness's copy, confined by the operating system before
     # its first line (`grader.confinement`): its tree, its job, its hold page and the CPU slab.
     harness = Harness(workdir / "harness")
+    own = [pages["submission"].path, *([workdir / "shared"] if device == "cpu" else [])]
+    if env.get("TRITON_CACHE_DIR"):  # a cache the caller names instead of the child's own
+        Path(env["TRITON_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
+        own.append(Path(env["TRITON_CACHE_DIR"]))
     policy = child_policy(harness, sub_dir, gpu=device != "cpu",
-                          read=[workdir / "submission.json"],
-                          write=[pages["submission"].path,
-                                 *([workdir / "shared"] if device == "cpu" else [])])
+                          read=[workdir / "submission.json"], write=own)
     sub = Child("submission", ChildProcess(CHILD_DIR / "submission.py", sub_dir,
                                             [str(harness.root), str(workdir / "submission.json")],
                                             limits, env, arm=True, python=python,
-                                            confinement=ChildConfinement(harness, policy)),
+                                            confinement=confine_child(harness, policy)),
                  rule, trusted=False)
     run = _Run(config, profile, plain_s, base, sub, out, progress, uuid, slack, census,
                device)
@@ -610,6 +586,7 @@ def _warm_baselines(run: _Run) -> None:
         page.path.unlink(missing_ok=True)
     # The sandbox counts the child's tasks and answers; only then may commands follow.
     sub.wait(ARM_EVENT, "warming up the timing child", 0.0)
+    sub.pause()  # from here on it runs only between a command of the parent's and its answer
     out.handshake_ms = {
         child.who: statistics.median(child.ask({"cmd": "ping"}, "pong", "a ping")[1]
                                      for _ in range(20))
@@ -645,25 +622,33 @@ def _drive(run: _Run) -> None:
     run.progress(f"baselines alone: {half} rounds of each shape")
 
     loaded, _ = sub.ask({"cmd": "load"}, "loaded", "importing solution.py")
-    out.load_s = _number(loaded, "seconds")
+    idle.settle(run.base, "the import")
+    out.load_s = number(loaded, "seconds")
+    # Every round's order is drawn when it starts, from the OS's randomness in this process
+    # (`grader.orders.RoundOrders`): a shape's timed rounds are its whole cycles of orders all
+    # the same, and nothing in the submission's process can know which step follows its own.
+    warm = [RoundOrders(BLOCKS) for _ in range(n)]
+    timed = [RoundOrders(BLOCKS) for _ in range(n)]
     for index in range(n):
         label = _label(profile, index)
         sub.ask({"cmd": "build", "shape": index}, "built", f"building the block of {label}")
+        idle.settle(run.base, f"building the block of {label}")
         run.progress(f"warming up {index + 1}/{n} {label}")
         run.snapshot(f"before {label}")
         for r in range(profile.warmup):
-            run.round(index, ORDERS[r % VISIT_ROUNDS], timed=False, alone=False, label=label,
+            run.round(index, warm[index].draw(), timed=False, alone=False, label=label,
                       hold=r > 0)
     # One untimed round each, in the visiting order: the caching allocators have then seen every
     # shape's steps after another shape's.
     for index in range(n):
-        run.round(index, ORDERS[0], timed=False, alone=False, label=_label(profile, index))
+        run.round(index, warm[index].draw(), timed=False, alone=False,
+                  label=_label(profile, index))
     run.audit("the warm-ups")
     visits = -(-profile.rounds // VISIT_ROUNDS)
     for visit in range(visits):
         for index in range(n):
-            for t in range(min(VISIT_ROUNDS, profile.rounds - visit * VISIT_ROUNDS)):
-                run.round(index, ORDERS[(visit + t) % VISIT_ROUNDS], timed=True, alone=False,
+            for _ in range(min(VISIT_ROUNDS, profile.rounds - visit * VISIT_ROUNDS)):
+                run.round(index, timed[index].draw(), timed=True, alone=False,
                           label=_label(profile, index))
         run.audit(f"timed visit {visit + 1}")
         if visit in (0, visits - 1):
@@ -681,5 +666,6 @@ def _drive(run: _Run) -> None:
     base.leftover()
 
 
-__all__ = ["BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "Started", "as_util",
-           "cancel_interleaved", "finish_interleaved", "run_interleaved", "start_interleaved"]
+__all__ = ["BASELINES", "BLOCKS", "ORDERS", "VISIT_ROUNDS", "Interleaved", "ShapeRaw", "Started",
+           "as_util", "cancel_interleaved", "finish_interleaved", "run_interleaved",
+           "start_interleaved"]

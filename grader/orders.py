@@ -15,12 +15,14 @@ shapes).
 A Williams design fixes this: over one cycle of orders every name is first equally often and
 runs immediately after every other name equally often. For n names the cycle has n orders when n
 is even and 2n when n is odd (each order and its mirror image): 6 for the grader's three blocks.
-Rounds that are a whole number of cycles are exactly balanced.
+Rounds that are a whole number of cycles are exactly balanced. Which order a round gets is drawn
+when it starts (`RoundOrders`): the cycle's balance stays, and no process can predict it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import secrets
+from collections.abc import Callable, Sequence
 
 
 def williams_orders(names: Sequence[str]) -> list[list[str]]:
@@ -48,3 +50,28 @@ def williams_orders(names: Sequence[str]) -> list[list[str]]:
     if n % 2 and n > 1:
         rows += [row[::-1] for row in rows]
     return [[names[k] for k in row] for row in rows]
+
+
+class RoundOrders:
+    """Each round's order, drawn when the round starts from the parent's randomness (the OS's),
+    among the orders of one Williams cycle not yet drawn in this cycle.
+
+    The cycle's balance is kept (every whole cycle of draws is the cycle, in some order) while
+    nothing in the submission's process can know a round's order before it starts: with the
+    rotation every process could compute, a submission knew which of its steps a baseline's
+    step followed, and cut just those (issue 37). Only the last round of a cycle is fixed by
+    the others, and those are known to the parent alone.
+    """
+
+    def __init__(self, names: Sequence[str], randbelow: Callable[[int], int] | None = None
+                 ) -> None:  # fmt: skip
+        self.cycle = williams_orders(names)
+        self._randbelow = randbelow
+        self._left: list[int] = []
+
+    def draw(self) -> list[str]:
+        """The next round's order: one of the cycle's not drawn since the cycle began again."""
+        if not self._left:
+            self._left = list(range(len(self.cycle)))
+        randbelow = self._randbelow if self._randbelow is not None else secrets.randbelow
+        return list(self.cycle[self._left.pop(randbelow(len(self._left)))])

@@ -4,6 +4,8 @@ The grader never imports a submission in its own interpreter (SPEC §6). Every p
 submission code runs a trusted *entry script* (a child harness such as ``grader/child/gate.py``)
 in a fresh ``python -I`` interpreter:
 
+- confined by the operating system before its first line, where the caller asks
+  (`grader.confinement`: Landlock, seccomp, not dumpable; the parent checks the kernel holds it);
 - isolated flags (``-I``: no ``PYTHON*`` variables, no user site, no script dir on ``sys.path``),
   a scrubbed environment (an allow-list plus what the caller adds), the working directory a
   private copy of the submitted tree that is also ``HOME`` and ``TMPDIR``;
@@ -59,7 +61,7 @@ from grader.child.channel import (
     pin_pools,
 )
 from grader.config import PhaseLimit
-from grader.confinement import ChildConfinement
+from grader.confinement import ChildConfinement, unconfined
 
 # The thread-pool variables of every native library a child may load; each is set to the
 # child's pool size, so no pool is sized by the host's core count.
@@ -410,6 +412,21 @@ class ChildProcess:
             self.proc.stdin.write(text.encode())
             self.proc.stdin.flush()
 
+    def pause(self) -> None:
+        """Stop the child's whole process group (SIGSTOP, which it cannot catch): nothing of it
+        runs until `resume`. The watchdog still reads its /proc; a stopped child has no
+        deadline of its own (the parent waits on no answer from it meanwhile)."""
+        self._signal_group(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Continue the child's process group after `pause` (SIGCONT)."""
+        self._signal_group(signal.SIGCONT)
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is not None and not self.ended:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+
     def tamper(self, reason: str) -> None:
         """End the child: it broke the protocol (`Outcome.TAMPERED`)."""
         self._kill(Outcome.TAMPERED, reason)
@@ -462,7 +479,8 @@ class ChildProcess:
                 messages, broken = exc.messages, exc
             received = time.perf_counter()
             if messages and self.confinement is not None and not self.messages:
-                broken_rule = self._unconfined()
+                # The kernel's view of the child, never its word (`unconfined`).
+                broken_rule = unconfined(self.proc.pid)
                 if broken_rule:
                     self.tamper(broken_rule)
                     return
@@ -482,21 +500,6 @@ class ChildProcess:
                 self.tamper(f"sent a frame that is not the harness's on its result channel: "
                             f"{broken}")
                 return
-
-    def _unconfined(self) -> str:
-        """Why the child's first message comes from a process that is not confined ("" when it
-        is): the kernel's own view of it, read by the parent (``/proc/<pid>/status``), never the
-        child's word."""
-        assert self.proc is not None
-        status = _read_proc(self.proc.pid, "status") or ""
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        seccomp = fields.get("Seccomp", "").strip()
-        no_new_privs = fields.get("NoNewPrivs", "").strip()
-        if seccomp == "2" and no_new_privs == "1":
-            return ""
-        return (f"its process is not confined (Seccomp {seccomp or '?'}, NoNewPrivs "
-                f"{no_new_privs or '?'}; the bootstrap installs a filter and sets no_new_privs "
-                "before the harness runs)")
 
     def _task_limit(self) -> tuple[int, str]:
         limits = self.limits
@@ -683,20 +686,6 @@ def _signal_name(sig: int) -> str:
         return "unknown"
 
 
-__all__ = [
-    "ARM_EVENT",
-    "ChildProcess",
-    "ProtocolError",
-    "CHANNEL_ENV",
-    "POOL_ENV",
-    "ChannelWriter",
-    "ChildExit",
-    "ChildLimits",
-    "ChildResult",
-    "Deadline",
-    "Outcome",
-    "child_env",
-    "pin_pools",
-    "process_tree",
-    "run_child",
-]
+__all__ = ["ARM_EVENT", "ChildProcess", "ProtocolError", "CHANNEL_ENV", "POOL_ENV",
+           "ChannelWriter", "ChildExit", "ChildLimits", "ChildResult", "Deadline", "Outcome",
+           "child_env", "pin_pools", "process_tree", "run_child"]  # fmt: skip

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -203,7 +204,8 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
                                           expansion=config.block.expansion, rounds=prof.rounds,
                                           alone_rounds=prof.alone_rounds,
                                           dry_run=dry_run_on_cpu,
-                                          process_sd=prof.process_sd))
+                                          process_sd=prof.process_sd,
+                                          baseline_bound=prof.baseline_drift))
         else:
             not_timed = ShapeTiming(label=shape.label, score=0.0,
                                     status=TimingStatus.NOT_TIMED.value,
@@ -241,6 +243,14 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
             "handshake_ms": run.handshake_ms,
             "hold": run.hold,
             "host_wait": run.host_wait,
+            # The trusted probe (`grader.idle`): how long the
+            # device stayed busy after the submission's process's steps (on their walls), and
+            # what it found busy before a step (each such round ran again).
+            "probe": {"drain_ms_max": max(run.drain_ms, default=None),
+                      "drain_ms_median": (statistics.median(run.drain_ms) if run.drain_ms
+                                          else None),
+                      "drained_steps": sum(1 for b in run.drain_ms if b > 0),
+                      "busy_before_step_ms": run.busy_ms},
             "command_s": run.command_s,
             "step_overhead_ms": _overheads(run.shapes),
             "oracle_checks": {prof.shapes[i].label: {"rounds": len(raw.oracle_util),

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from census_fakes import Trace
 
 from grader import conversation, interleave, telemetry
-from grader.child.census import MARKER_PREFIX, NONCE_SEPARATOR, StepSummary
 from grader.sandbox import ChildResult, Outcome
 
 WINDOWS = {"plain": 6.0, "ref": 3.0, "sub": 2.0}
@@ -78,6 +78,8 @@ class Script:
     Attributes:
         windows: Per block, the event window of every interleaved step (ms).
         alone: Per baseline, its window timed alone (default: ``windows``).
+        alone_after: Per baseline, its window timed alone after the interleaved rounds
+            (default: ``alone``).
         overhead_ms: A step's wall on the parent's clock is its window plus this.
         read_ms: The parent's clock moves this much while a poll hands over what it read (after
             the messages were stamped).
@@ -102,10 +104,17 @@ class Script:
             ``overhead_ms`` after the parent's clock read then.
         waits_on_gpu: Held steps for which this is true answer ``armed`` only once released,
             as a step whose host waits on the GPU inside it.
+        busy: The trusted probe's finding, ms the device was busy: called with the baselines'
+            ``flush``, ``scrub`` or ``probe`` command and the script (default: 0, idle). A
+            ``probe`` (after a step of the submission's process) is stamped that much after the
+            step's ``done``; None: not idle within the probe's limit.
+        signals: The parent's SIGSTOP ("stop") and SIGCONT ("cont") to the submission's
+            process, in order, each with the number of commands logged before it.
     """
 
     windows: dict[str, float] = field(default_factory=lambda: dict(WINDOWS))
     alone: dict[str, float] | None = None
+    alone_after: dict[str, float] | None = None
     overhead_ms: float = OVERHEAD_MS
     read_ms: float = 0.5
     sub_wall_extra_ms: float = 0.0
@@ -128,6 +137,8 @@ class Script:
     held: bool = False
     arm_ms: float = 2.0
     waits_on_gpu: Callable[[dict[str, Any]], bool] | None = None
+    busy: Callable[[dict[str, Any], Script], float | None] | None = None
+    signals: list[tuple[str, int]] = field(default_factory=list)
 
     def randbelow(self, n: int) -> int:
         """The parent's draw of whether the round's check is the oracle's (0: it is); drawn once
@@ -175,6 +186,7 @@ class FakeChild:
         # A held step waiting for its release: its number, the messages then, its wall (ms).
         self._held: tuple[int, list[dict[str, Any]], float] | None = None
         self.released: list[int] = []  # the held steps released, in order
+        self.stopped = False  # by the parent's SIGSTOP (`pause`)
         # Its hold page, mapped at its start as the real child maps it (the parent then removes
         # the file).
         with open(self.job["hold_path"], "r+b") as f:
@@ -201,6 +213,8 @@ class FakeChild:
         if self.ended:
             return
         command = json.loads(text)
+        # The parent continues the submission's process before every command it sends it.
+        assert not self.stopped, f"{command['cmd']} sent to a stopped process"
         self.script.log.append((self.who, command))
         answer = self.script.hook(self.who, command, self.script) if self.script.hook else None
         if answer is None:
@@ -234,6 +248,17 @@ class FakeChild:
         if any(m.get("event") == "failure" for m in batch):
             self._failed = True
         return batch
+
+    def pause(self) -> None:
+        assert self.who == "submission", "only the submission's process is ever stopped"
+        assert not self.stopped, "stopped twice"
+        self.stopped = True
+        self.script.signals.append(("stop", len(self.script.log)))
+
+    def resume(self) -> None:
+        assert self.stopped, "continued without a stop"
+        self.stopped = False
+        self.script.signals.append(("cont", len(self.script.log)))
 
     def tamper(self, reason: str) -> None:
         if not self.ended:
@@ -293,13 +318,30 @@ class FakeChild:
         if cmd == "ping":
             return self.stamped({"event": "pong"}, 0.05)
         if cmd == "flush":
-            return [[{"event": "flushed"}]]
+            assert self.who == "baselines", "the L2 is flushed by the baselines process alone"
+            return [[{"event": "flushed", **self._probe(command)}]]
+        if cmd == "probe":
+            assert self.who == "baselines"
+            # The submission's process is stopped while its step's GPU work drains.
+            assert script.children["submission"].stopped
+            # Stamped the busy time after the step's ``done`` was stamped, as if the parent had
+            # sent the probe the moment it read ``done`` (its reading, `Script.read_ms`, is the
+            # fake's, and the probe's own round trip is left out): a wall then holds the
+            # step's window, `Script.overhead_ms` and what the probe found, nothing else.
+            found = self._probe(command)
+            sub = script.children["submission"]
+            if sub.messages[-1].get("event") != "done":  # after an import, a build, an audit
+                return [[{"event": "probed", **found}]]
+            last = float(sub.messages[-1]["_received"])
+            return [[{"event": "probed", **found, "_received": last + found["busy_ms"] / 1e3}]]
         if cmd == "go":
             name = command["block"]
             alone = not script.loaded or script.finished
             # A calibration step is the harness's plain block in the submission's process.
             timed = "plain" if name == "cal" else name
-            window = (script.alone or script.windows)[timed] if alone else script.windows[timed]
+            alone_ms = (script.alone_after if script.finished and script.alone_after else
+                        script.alone or script.windows)
+            window = alone_ms[timed] if alone else script.windows[timed]
             wall = window + script.overhead_ms
             if name not in ("sub", "cal"):
                 if command.get("held"):
@@ -331,12 +373,18 @@ class FakeChild:
         self._held = (int(command["step"]), [armed, *messages] if waits else messages, wall)
         return [] if waits else self.stamped(armed, self.script.arm_ms)
 
+    def _probe(self, command: dict[str, Any]) -> dict[str, Any]:
+        """The trusted probe's answer fields (`Script.busy`)."""
+        busy = self.script.busy(command, self.script) if self.script.busy else 0.0
+        return {"busy_ms": 5000.0, "idle": False} if busy is None else {"busy_ms": busy,
+                                                                        "idle": True}
+
     def _baselines(self, command: dict[str, Any]) -> Answer:
         cmd = command["cmd"]
         if cmd == "fill":
             return [[{"event": "filled"}]]
         if cmd == "scrub":
-            return [[{"event": "scrubbed"}]]
+            return [[{"event": "scrubbed", **self._probe(command)}]]
         if cmd == "restore":
             return [[{"event": "restored"}]]
         if cmd == "collect":
@@ -365,10 +413,13 @@ class FakeChild:
             steps = [{"label": label, "own": 1, "foreign": []} for label in self._launches]
             self._launches = []
             # An honest census of every step since the last audit: its own range, some events.
-            summaries = [{"event": "census", "summary": StepSummary(
-                label=label, marker=f"{MARKER_PREFIX}{label}{NONCE_SEPARATOR}{nonce}",
-                device="cuda", events=40, raised=False, ops=(), functions=(), kernels=None,
-                host_copy_bytes=0, tampered=()).to_json()} for label, nonce in self._census]
+            trace = Trace()
+            for label, nonce in self._census:
+                with trace.step(label, nonce):
+                    trace.op("aten::empty", (4,))
+                    trace.kernel("_conv_fwd")
+            summaries = [{"event": "census", **m}
+                         for m in trace.messages(*(label for label, _ in self._census))]
             self._census = []
             return [[*summaries, {"event": "audited", "steps": steps}]]
         if cmd == "memory":

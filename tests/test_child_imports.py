@@ -37,24 +37,32 @@ def test_own_names_are_importable_top_level_entries(tmp_path: Path) -> None:
 
 
 def test_allowed_names() -> None:
-    for name in ("os", "json", "importlib", "pkgutil", "__future__", "torch", "triton", "numpy"):
+    for name in ("os", "json", "math", "functools", "dataclasses", "pathlib", "__future__",
+                 "torch", "triton", "numpy"):  # fmt: skip
         assert name in FAST_NAMES, name
-    # The harness's script is __main__: importing it reads the grader's memory.
+    # The harness's script is __main__: importing it reads the grader's memory. The tools of the
+    # attacks of issue 37 are not on the list, and neither is the import machinery.
     for name in ("grader", "reference", "task", "yaml", "sympy", "typing_extensions", "pynvml",
-                 "scipy", "torchgen", "__main__", "no_such_module"):  # fmt: skip
+                 "scipy", "torchgen", "__main__", "no_such_module", "sys", "ctypes", "cffi", "gc",
+                 "inspect", "threading", "_thread", "multiprocessing", "subprocess", "importlib",
+                 "pkgutil", "runpy", "types", "dis", "traceback", "signal", "socket", "mmap",
+                 "marshal", "pickle", "code", "codeop", "builtins", "_io"):  # fmt: skip
         assert name not in FAST_NAMES, name
 
 
 def test_frames_are_classified_by_file(tmp_path: Path) -> None:
     watch = ImportWatch(tmp_path, [].append)
     stdlib = os.path.dirname(os.__file__)
-    transparent = ("<frozen importlib._bootstrap>", "<frozen os>", "<string>", os.__file__,
-                   importlib.util.__file__, child_imports.__file__)  # fmt: skip
-    for filename in transparent:
+    for filename in ("<string>", child_imports.__file__):
         assert watch._classify(filename) == child_imports._TRANSPARENT, filename
+    for filename in ("<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>",
+                     importlib.util.__file__):
+        assert watch._classify(filename) == child_imports._MACHINERY, filename
     assert watch._classify(str(tmp_path / "solution.py")) == child_imports._SUBMISSION
-    # A package installed beside the standard library is not the standard library.
-    others = (os.path.join(stdlib, "site-packages", "yaml", "__init__.py"),
+    # The standard library's own code imports for itself, like any library; and a package
+    # installed beside it is not the standard library.
+    others = ("<frozen os>", os.__file__, os.path.join(stdlib, "site-packages", "yaml",
+                                                       "__init__.py"),
               str(REPO / "grader" / "gate.py"), str(REPO / "reference" / "block.py"))
     for filename in others:
         assert watch._classify(filename) == child_imports._OTHER, filename
@@ -69,6 +77,8 @@ def test_attribution_walks_past_the_standard_library(
     # A standard-library module that calls back (the real ones are classified above).
     monkeypatch.setattr(child_imports, "_STDLIB_DIRS", (*child_imports._STDLIB_DIRS, str(std)))
     (std / "relay.py").write_text("def relay(fn):\n    return fn()\n")
+    (std / "importlib").mkdir()
+    (std / "importlib" / "relay.py").write_text("def relay(fn):\n    return fn()\n")
     (lib / "their.py").write_text("def ask(watch):\n    return watch._asker()\n")
     (sub / "mine.py").write_text(textwrap.dedent("""\
         def direct(watch):
@@ -76,6 +86,9 @@ def test_attribution_walks_past_the_standard_library(
 
         def through_stdlib(watch, relay):
             return relay.relay(watch._asker)
+
+        def through_machinery(watch, machinery):
+            return machinery.relay(watch._asker)
 
         def through_exec(watch):
             scope = {"watch": watch}
@@ -88,12 +101,16 @@ def test_attribution_walks_past_the_standard_library(
     watch = ImportWatch(sub, [].append)
     mine, their = load_module(sub / "mine.py", "mine"), load_module(lib / "their.py", "their")
     relay = load_module(std / "relay.py", "relay")
+    machinery = load_module(std / "importlib" / "relay.py", "machinery_relay")
 
     assert mine.direct(watch) == child_imports.Asker("mine.py", 2, None, False)
-    assert mine.through_stdlib(watch, relay) == child_imports.Asker("mine.py", 5, "relay.relay",
-                                                                     False)  # fmt: skip
+    # A standard-library function that imports is the library importing for itself...
+    assert mine.through_stdlib(watch, relay) is None
+    # ...but the import machinery is how the submission asks.
+    assert mine.through_machinery(watch, machinery) == child_imports.Asker(
+        "mine.py", 8, "importlib.relay.relay", False)
     executed = mine.through_exec(watch)
-    assert executed.line == 9 and executed.via == "code compiled from a string (<string>)"
+    assert executed.line == 12 and executed.via == "code compiled from a string (<string>)"
     # The first frame outside the standard library is not the submission's: not its import.
     assert mine.through_theirs(watch, their) is None
     # Called from here (the harness, for this test): nobody's.
@@ -114,14 +131,19 @@ def test_own_module_resolved_outside_the_tree_is_not_its_own(tmp_path: Path) -> 
 # outside the tree (a stand-in for torch's code calling back or importing lazily).
 _SCENARIOS = {
     "allowed": """
-        import json, pkgutil
-        import importlib, importlib.util
+        import json, functools, dataclasses, collections.abc
+        import torch
+        importlib = torch.importlib  # reached, not imported: its wrappers still watch
         def run(lib):
             import os.path
             importlib.import_module("os.path")
             importlib.util.find_spec("json")
             import helper
             from pkg import inner
+        """,
+    "machinery_while_loading": """
+        def run(lib):
+            import fresh_module_q  # the import system imports _io while it loads it (3.11)
         """,
     "statement_failing": """
         def run(lib):
@@ -139,17 +161,20 @@ _SCENARIOS = {
             __import__("yaml")
         """,
     "import_module_relative": """
-        import importlib
+        import torch
+        importlib = torch.importlib
         def run(lib):
             importlib.import_module(".composer", "yaml")
         """,
     "importlib_dunder": """
-        import importlib
+        import torch
+        importlib = torch.importlib
         def run(lib):
             importlib.__import__("yaml")
         """,
     "find_spec_missing": """
-        import importlib.util
+        import torch
+        importlib = torch.importlib
         def run(lib):
             importlib.util.find_spec("reference_missing_q")
         """,
@@ -159,7 +184,8 @@ _SCENARIOS = {
             pkgutil.resolve_name("yaml:safe_load")
         """,
     "private_bootstrap": """
-        import importlib
+        import torch
+        importlib = torch.importlib
         def run(lib):
             try:
                 importlib._bootstrap._gcd_import("private_missing_q")
@@ -190,7 +216,8 @@ _SCENARIOS = {
             lib.lazy()
         """,
     "torch_lazy": """
-        import sys
+        import torch
+        sys = torch.sys
         def run(lib):
             assert "sympy" not in sys.modules
             import torch.fx.experimental.symbolic_shapes
@@ -235,6 +262,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     for name, source in _SCENARIOS.items():
         (sub / f"scenario_{name}.py").write_text(textwrap.dedent(source))
     (sub / "helper.py").write_text("import os\n")
+    (sub / "fresh_module_q.py").write_text("VALUE = 1\n")
     (sub / "pkg" / "__init__.py").write_text("from . import inner\n")
     (sub / "pkg" / "inner.py").write_text("")
     # Its own name, while the real typing_extensions is cached: the import gives the real one.
@@ -264,14 +292,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
          "succeeded"),
         ("dunder", "__import__() of 'yaml' at scenario_dunder.py:3 succeeded"),
         ("import_module_relative", "importlib.import_module() of 'yaml.composer' at "
-         "scenario_import_module_relative.py:4 succeeded"),
+         "scenario_import_module_relative.py:5 succeeded"),
         ("importlib_dunder", "importlib.__import__() of 'yaml' at "),
         ("find_spec_missing", "importlib.util.find_spec() of 'reference_missing_q' at "
-         "scenario_find_spec_missing.py:4 found no module"),
-        ("pkgutil", "importlib.import_module() (through pkgutil.resolve_name) of 'yaml' at "
-         "scenario_pkgutil.py:4 succeeded"),
+         "scenario_find_spec_missing.py:5 found no module"),
+        # pkgutil is not on the list; what resolve_name then imports is pkgutil's doing.
+        ("pkgutil", "import statement of 'pkgutil' at scenario_pkgutil.py:2 succeeded"),
         ("private_bootstrap", "an import (through importlib._bootstrap._gcd_import) of "
-         "'private_missing_q' at scenario_private_bootstrap.py:5 reached the import system and "
+         "'private_missing_q' at scenario_private_bootstrap.py:6 reached the import system and "
          "found no module"),
         ("exec", "import statement (through code compiled from a string (<string>)) of 'yaml' "
          "at scenario_exec.py:3 succeeded"),
@@ -285,11 +313,11 @@ def test_route_is_reported(installed: dict[str, list[str]], scenario: str, expec
     # One finding per attempt: the wrapper that reports it keeps the nested routes quiet.
     found = installed[scenario]
     assert len(found) == 1 and found[0].startswith(expected), found
-    assert found[0].endswith("torch, triton and numpy may be imported"), found
+    assert found[0].endswith("may be imported"), found
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["allowed", "theirs", "torch_lazy"])
+@pytest.mark.parametrize("scenario", ["allowed", "theirs", "torch_lazy", "machinery_while_loading"])
 def test_allowed_or_not_the_submissions(installed: dict[str, list[str]], scenario: str) -> None:
     assert installed[scenario] == []
 

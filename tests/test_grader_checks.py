@@ -62,3 +62,43 @@ def test_secret_changes_the_values() -> None:
     a, b = item_inputs(item, 1), item_inputs(item, 2)
     assert not torch.equal(a.x, b.x)
     assert torch.equal(a.x, item_inputs(item, 1).x)
+
+
+def _evidence(gen: torch.Generator, dtype: torch.dtype, zero_grad: bool) -> dict:
+    from grader.child.steps import EVIDENCE
+
+    shapes = {"out": (2, 16, 8), "grad_x": (2, 16, 8), "grad_conv": (8, 1, 3),
+              "grad_fc1": (16, 8), "grad_fc2": (8, 16)}
+    out = {k: (100 * torch.randn(shapes[k], generator=gen)).to(dtype) for k in EVIDENCE[:5]}
+    if zero_grad:
+        out["grad_conv"] = torch.zeros(shapes["grad_conv"], dtype=dtype)
+    return out
+
+
+def test_the_timed_checks_and_the_gate_share_one_formula() -> None:
+    """`grader.child.steps.compare` (the baselines process's timed check) and the gate's
+    `forward_check` / `rel_l2_check` give the same utilisations on the same evidence, bf16 and
+    fp32, a zero reference gradient (the norm floor) and a non-finite answer included: before,
+    the timed check ran the forward in fp32 and floored the norm at 1e-300, not 1e-6 per
+    element."""
+    from grader.child.steps import EVIDENCE, compare
+
+    gen = torch.Generator().manual_seed(0)
+    budget = {"forward_atol": 1e-2, "forward_rtol": 1e-2, "grad_rel": 1e-2}
+    gate_budget = Budget(forward_atol=1e-2, forward_rtol=1e-2, grad_rel=1e-2, drift_rel=1e-2)
+    for dtype in (torch.float32, torch.bfloat16):
+        for zero_grad in (False, True):
+            want = _evidence(gen, dtype, zero_grad)
+            got = {k: v + (1e-3 * torch.randn(v.shape, generator=gen)).to(dtype)
+                   for k, v in want.items()}
+            if zero_grad:
+                got["grad_conv"] = torch.full_like(got["grad_conv"], 1e-9)
+            for bad in (False, True):
+                if bad:
+                    got["out"].view(-1)[3] = float("nan")
+                    got["grad_fc1"].view(-1)[0] = float("inf")
+                timed = compare(torch, got, want, budget).tolist()
+                gate = [forward_check(got["out"], want["out"], gate_budget).utilisation]
+                gate += [rel_l2_check(k, got[k], want[k], gate_budget.grad_rel).utilisation
+                         for k in EVIDENCE[1:5]]
+                assert timed == gate, (dtype, zero_grad, bad, timed, gate)

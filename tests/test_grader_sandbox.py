@@ -304,3 +304,36 @@ send(event="env", omp=os.environ.get("OMP_NUM_THREADS"), arena=os.environ.get("M
     assert r.outcome is Outcome.OK, r.stderr_tail
     (msg,) = r.messages
     assert msg == {"event": "env", "omp": "3", "arena": "3", "pinned": 3, "intra": 3, "inter": 3}
+
+
+def test_a_paused_child_runs_nothing_until_resumed(tmp_path: Path) -> None:
+    """`ChildProcess.pause` stops the whole process group (SIGSTOP, which the child cannot
+    catch): a child that reports every 10 ms says nothing while paused, its state is stopped,
+    the watchdog still reads it, and it goes on once resumed (the timing phase's submission's
+    process between its commands, grader/conversation.py)."""
+    from grader.sandbox import ChildProcess
+
+    script = tmp_path / "child.py"
+    script.write_text(PRELUDE + "import signal\nsignal.signal(signal.SIGCONT, signal.SIG_IGN)\n"
+                      "for i in range(1000):\n    send('tick', i=i)\n    time.sleep(0.01)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    child = ChildProcess(script, work, [], LIMITS)
+    try:
+        got: list = []
+        while len(got) < 3:
+            got += child.poll(0.05)
+        child.pause()
+        time.sleep(0.05)
+        child.poll(0.05)  # what was written before the stop
+        assert child.poll(0.3) == []
+        with open(f"/proc/{child.pid}/stat") as f:
+            assert f.read().rsplit(")", 1)[1].split()[0] == "T"
+        child.resume()
+        later: list = []
+        deadline = time.monotonic() + 5
+        while not later and time.monotonic() < deadline:
+            later += child.poll(0.05)
+        assert later and later[0]["event"] == "tick"
+    finally:
+        child.finish(kill=True)

@@ -51,3 +51,26 @@ def test_timing_child_and_config_agree_on_the_blocks() -> None:
     assert interleave.BLOCKS == config.TIMED_BLOCKS
     for name, profile in config.load_config().timing.profiles.items():
         assert profile.rounds % len(williams_orders(config.TIMED_BLOCKS)) == 0, name
+
+
+def test_round_orders_are_drawn_without_replacement_within_each_cycle() -> None:
+    """`RoundOrders`: each draw takes one of the cycle's orders not yet drawn since the cycle
+    began again (so every whole cycle of draws is the cycle: the balance stays), with the
+    randomness it is given (the OS's by default)."""
+    from grader.orders import RoundOrders
+
+    asked: list[int] = []
+
+    def last(n: int) -> int:
+        asked.append(n)
+        return n - 1
+
+    draws = RoundOrders(("plain", "ref", "sub"), last)
+    cycle = williams_orders(("plain", "ref", "sub"))
+    got = [draws.draw() for _ in range(12)]
+    assert asked == [6, 5, 4, 3, 2, 1] * 2
+    assert got[:6] == cycle[::-1] and got[6:] == cycle[::-1]
+    default = RoundOrders(("plain", "ref", "sub"))
+    for _ in range(5):
+        cycle_draws = [tuple(default.draw()) for _ in range(6)]
+        assert sorted(cycle_draws) == sorted(tuple(o) for o in cycle)

@@ -46,6 +46,17 @@ def triton_cache(tmp_path_factory):
         ("borrows_reference_kernels", "ok", ""),
         ("forges_channel_results", "rule_broken", "channel-tampering"),
         ("slows_baselines_via_autograd_hook", "rule_broken", "global-state"),
+        # Set in one step, put back in the next: seen at the first step's end. Every audit
+        # here comes after an even number of its steps (4 in the warm-ups, 12 per visit), so
+        # the audits alone find the flag as it was.
+        ("toggles_flags_inside_step", "rule_broken", "global-state: float32_matmul_precision"),
+        # A done sent right after armed through the harness's own writer (every held step;
+        # only where the old public order put a baseline next; one step in five): the parent
+        # stops the process at that done, so the host never finishes the step and the round's
+        # check reads another round's evidence (the parameters after the step first).
+        ("ends_window_early_via_harness", "check_failed", "the submission's step changed its"),
+        ("predicts_round_order", "check_failed", "the submission's step changed its"),
+        ("serves_baseline_flush", "check_failed", "the submission's step changed its"),
     ],
 )
 def test_dry_run_on_cpu(case: str, status: str, reason: str, tmp_path, triton_cache) -> None:
@@ -104,8 +115,8 @@ def _lines(progress: io.StringIO) -> list[str]:
 def test_a_timing_started_beside_the_gate_runs_no_submission_code_before_finish(tmp_path,
                                                                                 monkeypatch) -> None:  # fmt: skip
     """`TimingStart` (what a grade uses): the children start and the baselines warm up in a
-    thread; the submission's process has only answered pings and flushed the L2 for the
-    baselines' steps (harness code: it has imported nothing) when that is done; `finish` then
+    thread; the submission's process has only answered pings (harness code: it has imported
+    nothing; the L2 is the baselines process's to flush) when that is done; `finish` then
     times it as `run_timing` would, its held-back progress said first, in order, and the gate
     child's Triton cache carried into the timing child's (no shared cache given)."""
     ws = make_workspace(tmp_path / "ws", (CORPUS / "control_reference" / "solution.py").read_text())
@@ -127,7 +138,7 @@ def test_a_timing_started_beside_the_gate_runs_no_submission_code_before_finish(
     start = TimingStart(ws, CONFIG, profile="dry", progress=progress, dry_run_on_cpu=True)
     start.thread.join()  # the gate would run here
     assert start.error is None and start.started is not None
-    assert set(start.started.run.sub.spent) == {"ping", "flush"}, start.started.run.sub.spent
+    assert set(start.started.run.sub.spent) == {"ping"}, start.started.run.sub.spent
     assert _lines(progress) == []  # held back: the gate's progress bar owns the terminal now
     sub_dir = start.started.sub_dir
     # The timing child's copy of the tree is held to the export; what a gate child (the

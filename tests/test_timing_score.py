@@ -153,24 +153,28 @@ def test_baselines_that_move_once_the_submission_runs_void_the_grade() -> None:
     assert verdict(raw(10.2, 4.0, 4.0, alone=(10.0, 4.0))).status is TimingStatus.OK
 
 
-def test_baselines_that_drift_over_the_run_by_themselves_are_not_moved() -> None:
-    """Alone 3.6 ms before the interleaved rounds and 4.2 ms after (a 17% drift of their own, as
-    a small plain step did on an H200): 3.9 ms interleaved lies inside, 5 ms does not."""
-    r = raw(3.9, 4.0, 4.0, alone=(3.6, 4.0), noise=0.0)
+def test_the_baselines_are_judged_against_their_alone_times_before_only() -> None:
+    """Alone 3.6 ms before the import and 4.2 ms after: 2% slower interleaved is within the
+    fixed 3% of before, 3.5% is not; the after rounds are information only. (`raw`'s drift
+    over the rounds puts their median 0.7% above the value asked for.)"""
+    r = raw(3.6 * 1.02 / 1.00706, 4.0, 4.0, alone=(3.6, 4.0), noise=0.0)
     r.alone_ms["plain"][:] = [3.6] * (ALONE // 2) + [4.2] * (ALONE // 2)
     assert verdict(r).status is TimingStatus.OK
-    r = raw(3.9 * 1.65, 4.0, 4.0, alone=(3.6, 4.0), noise=0.0)
+    r = raw(3.6 * 1.035 / 1.00706, 4.0, 4.0, alone=(3.6, 4.0), noise=0.0)
     r.alone_ms["plain"][:] = [3.6] * (ALONE // 2) + [4.2] * (ALONE // 2)
     v = verdict(r)
     assert v.status is TimingStatus.VOID, v.timing.reason
-    assert "3.6 ms alone before and 4.2 ms after" in v.timing.reason
+    assert "3.6 ms alone before it was imported (+3.5%, limit ±3.0%; 4.2 ms alone after, " \
+        "information only)" in v.timing.reason
 
 
-def test_noisy_alone_rounds_widen_the_baselines_limit() -> None:
-    """Alone rounds before and after 4% apart allow a 12% move beyond them."""
-    r = raw(10.9, 4.0, 4.0, alone=(10.0, 4.0), noise=0.0)
-    r.alone_ms["plain"][:] = [9.8] * (ALONE // 2) + [10.2] * (ALONE // 2)
-    assert verdict(r).status is TimingStatus.OK
+def test_a_wide_spread_of_the_alone_rounds_does_not_widen_the_limit() -> None:
+    """Alone rounds before and after 4% apart (the old rule allowed 12% beyond them): 9% above
+    before is void all the same, as is 4% below it."""
+    for interleaved in (10.9, 9.4):
+        r = raw(interleaved, 4.0, 4.0, alone=(10.0, 4.0), noise=0.0)
+        r.alone_ms["plain"][:] = [10.0] * (ALONE // 2) + [10.4] * (ALONE // 2)
+        assert verdict(r).status is TimingStatus.VOID
 
 
 def test_work_left_on_a_side_stream_breaks_a_rule() -> None:

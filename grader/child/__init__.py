@@ -6,5 +6,5 @@ guard (`rules`, `state`, `imports`).
 The trust boundary is this folder's: it imports nothing else of ``grader/`` (only the standard
 library, torch, triton, numpy, the frozen block in ``task/`` and the reference), and the parent
 passes it everything else (`tests/test_layout.py` holds that). The trusted parent may import it
-for shared formats (frames, census summaries, op lists).
+for shared formats (frames, census messages, op lists).
 """

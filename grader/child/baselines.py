@@ -11,14 +11,16 @@ submission can borrow its kernels or slow its steps from inside. It:
 - on ``fill`` draws a round's input, upstream gradient and weights from the seed the parent sends
   then (fresh OS randomness the parent held until that moment), into its own tensors and into
   the slab, so the submission process sees them only once its step begins;
-- on ``flush`` overwrites a buffer of at least twice the L2 before each of the submission's steps
-  (the submission process flushes before the baselines' steps: every step starts with a switch
-  of the GPU's context, see `grader.interleave`);
+- on ``flush``, before every step of any block, probes the device (`grader.child.steps.Timer.probe`:
+  how long another context's work kept it busy) and overwrites a buffer of at least twice the
+  L2; on ``probe``, after every step of the submission's process (stopped by then), waits until
+  that process's GPU work is done and says how long it took;
 - on ``go`` times one step of plain or the reference with `grader.child.steps.run_step`, exactly
   as the submission process times the submission's, on the slab's values as it does (held, it
   answers ``armed`` first and runs once the parent writes the step's number to its page);
-- on ``scrub`` overwrites the slab's inputs with NaN before the submission's held step, and on
-  ``restore`` puts the round's values back once that step is armed, then flushes the L2;
+- on ``scrub`` probes the device and overwrites the slab's inputs with NaN before the
+  submission's held step, and on ``restore`` puts the round's values back once that step is
+  armed, then flushes the L2;
 - on ``check`` compares the reference's and the submission's evidence of the round (the latter
   read from the slab, before the submission runs again) with plain's, or, in rounds the parent
   samples after the steps ran, with the fp64 oracle at the gate's budgets; and says whether the
@@ -172,6 +174,7 @@ def main() -> int:
                  slab=share_slab(torch, slab, job.get("slab_path")), hold=hold is not None,
                  hold_how=hold_how, host_wait=begun.host_wait)
     budgets = job["budgets"]
+    probe_idle_s, probe_limit_s = job["probe_idle_ms"] / 1e3, job["probe_limit_s"]
     for command in commands():
         cmd = command["cmd"]
         if cmd == "fill":
@@ -179,16 +182,30 @@ def main() -> int:
             timer.sync()
             channel.send("filled")
         elif cmd == "flush":
+            # Before every step, whichever block's: the device probed (work nobody trusted
+            # started, still running), then the L2 flushed, here and never by the submission's
+            # process (which is stopped meanwhile: a flush it served drained its own leftover
+            # work after its synchronize, unseen).
+            busy_ms, idle = timer.probe(probe_idle_s, probe_limit_s)
             flush_buf.zero_()
             timer.sync()
-            channel.send("flushed")
+            channel.send("flushed", busy_ms=busy_ms, idle=idle)
+        elif cmd == "probe":
+            # After every step of the submission's process, which is stopped now: its GPU work
+            # still running ends before this answers, on the parent's clock of that step.
+            busy_ms, idle = timer.probe(probe_idle_s, probe_limit_s)
+            channel.send("probed", busy_ms=busy_ms, idle=idle)
         elif cmd == "scrub":
+            # Before the submission's held step: the device probed as before every step (here,
+            # with that process stopped and nothing of its pending; at ``restore`` its step is
+            # enqueued behind its hold), then the slab's inputs overwritten.
+            busy_ms, idle = timer.probe(probe_idle_s, probe_limit_s)
             shapes[command["shape"]].scrub()
             timer.sync()
-            channel.send("scrubbed")
+            channel.send("scrubbed", busy_ms=busy_ms, idle=idle)
         elif cmd == "restore":
             # The round's values back, then the L2 flushed: the submission's held step starts
-            # from a flushed L2 after a switch of context, as every step does.
+            # from a flushed L2 after a switch of context.
             shapes[command["shape"]].restore()
             flush_buf.zero_()
             timer.sync()
@@ -205,11 +222,15 @@ def main() -> int:
             if command.get("held") and hold is None:
                 channel.send("failure", kind="harness", reason="a held step without a hold")
                 return ChildExit.HARNESS_ERROR
+            # The same state checks at the step's boundaries as the submission's process runs
+            # (findings unread here): what they cost a step is the same for every block.
+            guard.check_state(f"before {name}#{number}")
             step = run_step(torch, timer, st.blocks[name], st.params[name], st.shared,
                             st.evidence[name],
                             around=lambda record=record, mark=mark: watched(guard, record, mark),
                             hold=hold if command.get("held") else None, step=number,
                             armed=lambda number=number: channel.send("armed", step=number))
+            guard.check_state(f"{name}#{number}")
             guard.findings.clear()  # unread here; kept from growing
             channel.send("done", step=number, window_ms=step.window_ms, tail_ms=step.tail_ms)
         elif cmd == "check":

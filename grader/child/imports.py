@@ -414,6 +414,8 @@ class ImportWatch:
                     # The standard library's own code (a module's top level importing what it
                     # is built on, a function importing lazily) or a library's: theirs.
                     return None
+                elif frame.f_globals is not _GLOBALS:
+                    via = _label(code.co_filename, code.co_qualname)
                 frame = frame.f_back
         return None
 

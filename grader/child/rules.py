@@ -546,8 +546,11 @@ class Guard:
                 self.rebaseline_rng()
             self.check_after(name)
 
-    def check_after(self, name: str) -> None:
-        """Compare global state, patched attributes, threads and compiler modules to baselines."""
+    def check_state(self, name: str) -> None:
+        """Compare the global state alone (`grader.child.state`) to the baselines: the timing
+        child does it before and after every step (about 0.07 ms), so a flag changed inside a
+        step and restored before the next full check (`check_after`, at an audit) is seen at
+        the step boundary where it is still changed."""
         self.phase_name = name
         self._integrity()
         state = _state()
@@ -555,6 +558,10 @@ class Guard:
             after = state.get(key)
             if after != before:
                 self._add("global-state", f"{key} changed from {before} to {after}")
+
+    def check_after(self, name: str) -> None:
+        """Compare global state, patched attributes, threads and compiler modules to baselines."""
+        self.check_state(name)
         ids = _identities(self.watched)
         for key, before in self.baseline_ids.items():
             after = ids.get(key)

@@ -275,6 +275,11 @@ class Step:
     tail_ms: float
 
 
+# The trusted probe calls the device idle when this many of its kernels in a row ran within the
+# idle threshold of their launch (one could slip in just as another context's time slice ended).
+PROBE_RUNS = 2
+
+
 class Timer:
     """CUDA events and device synchronization, from the originals captured before any
     submission code ran."""
@@ -282,7 +287,37 @@ class Timer:
     def __init__(self, torch: Any, timers: TimerGuard) -> None:
         event = timers.original("torch.cuda.Event")
         self.sync = timers.original("torch.cuda.synchronize")
+        self.clock = timers.original("time.perf_counter")
         self.events = [event(enable_timing=True) for _ in range(3)]
+        self.probe_buf = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+    def probe(self, idle_s: float, limit_s: float) -> tuple[float, bool]:
+        """How long the device was busy with work that is not this process's (ms), and whether
+        it came idle within ``limit_s``.
+
+        A one-element kernel of this process is launched and waited for, again and again, until
+        `PROBE_RUNS` in a row come back within ``idle_s`` of their launch. This process's own work
+        is done (every command ends synchronized), so what delays them is another context's:
+        contexts of different processes share the GPU by time slices, and a kernel of this one
+        waits for the other's slice to end. The busy time is from the first launch to the end of
+        the last slow one (0 when the device was idle at once). Called only in the trusted
+        baselines process, while the submission's process is stopped.
+        """
+        begin = self.clock()
+        busy_until, fast = begin, 0
+        while True:
+            t0 = self.clock()
+            self.probe_buf.add_(1)
+            self.sync()
+            t1 = self.clock()
+            if t1 - t0 <= idle_s:
+                fast += 1
+                if fast >= PROBE_RUNS:
+                    return 1e3 * (busy_until - begin), True
+            else:
+                fast, busy_until = 0, t1
+            if t1 - begin > limit_s:
+                return 1e3 * (t1 - begin), False
 
     def run(self, fn: Callable[[], Any], enqueued: Callable[[], None] | None = None
             ) -> tuple[Any, Step]:  # fmt: skip
@@ -309,6 +344,10 @@ class HostTimer:
 
     def sync(self) -> None:
         return None
+
+    def probe(self, idle_s: float, limit_s: float) -> tuple[float, bool]:
+        """No device to find busy: idle at once."""
+        return 0.0, True
 
     def run(self, fn: Callable[[], Any], enqueued: Callable[[], None] | None = None
             ) -> tuple[Any, Step]:  # fmt: skip
@@ -461,21 +500,18 @@ def draw_round(torch: Any, inputs: dict[str, Any], bounds: Sequence[float], seed
 def compare(torch: Any, got: dict[str, Any], want: dict[str, Any],
             budget: dict[str, float]) -> Any:
     """Utilisations [forward, grad_x, grad_conv, grad_fc1, grad_fc2] of ``got``'s evidence
-    against ``want``'s, as a device tensor.
+    against ``want``'s, as a device tensor: the gate's own formulas (`grader.child.comparison`,
+    which `grader.checks` uses too), so a timed check and the gate's give the same number.
 
-    Forward: max |got − want| / (atol + rtol·|want|); gradients: ‖got − want‖₂/‖want‖₂ / grad_rel.
-    Non-finite values give inf.
+    Forward: max |got − want| / (atol + rtol·|want|); gradients: ‖got − want‖₂/‖want‖₂ / grad_rel
+    (the norm floored). Non-finite values give inf.
     """
-    f32, f64 = torch.float32, torch.float64
-    a, b = got["out"].to(f32), want["out"].to(f32)
-    fwd = ((a - b).abs() / (budget["forward_atol"] + budget["forward_rtol"] * b.abs())).amax()
-    fwd = torch.where(torch.isfinite(a).all(), fwd, torch.full_like(fwd, float("inf")))
-    utils = [fwd.to(f64)]
+    from grader.child.comparison import forward_utilisation, rel_l2_error
+
+    utils = [forward_utilisation(torch, got["out"], want["out"], budget["forward_atol"],
+                                 budget["forward_rtol"])]
     for key in EVIDENCE[1:5]:
-        g64, w64 = got[key].to(f64), want[key].to(f64)
-        rel = torch.linalg.vector_norm(g64 - w64) / torch.linalg.vector_norm(w64).clamp_min(1e-300)
-        rel = torch.where(torch.isfinite(g64).all(), rel, torch.full_like(rel, float("inf")))
-        utils.append(rel / budget["grad_rel"])
+        utils.append(rel_l2_error(torch, got[key], want[key]) / budget["grad_rel"])
     return torch.stack(utils)
 
 
@@ -549,6 +585,7 @@ __all__ = [
     "Start",
     "INPUTS",
     "PARAM_KEYS",
+    "PROBE_RUNS",
     "CheckFailure",
     "HostTimer",
     "Region",

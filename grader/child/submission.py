@@ -66,7 +66,6 @@ from grader.child.steps import (  # noqa: E402
     block_params,
     commands,
     device_facts,
-    flush_buffer,
     foreign_bytes,
     region_view,
     run_main,
@@ -107,13 +106,13 @@ class Sensor:
         self.job = job
         self.hold = hold
         self.census = census
+        # Bound now, before the submission is imported (see grader/child/gate.py).
+        self.read_census = census.collect
         self.channel = channel
         self.guard = guard
         self.timers = timers
         self.rules = rules
         self.device = job["device"]
-        # Before the memory baseline below: the harness's buffer is not the submission's.
-        self.flush_buf = flush_buffer(torch, self.device)
         self.timer = Timer(torch, timers) if self.device == "cuda" else HostTimer(torch, timers)
         self.default_stream = torch.cuda.default_stream() if self.device == "cuda" else None
         self.sub_cls: Any = None
@@ -179,10 +178,15 @@ class Sensor:
         # with the commitment to its range's nonce before it runs, read at the next audit.
         mark = self.census.mark(f"step:{label}#{number}")
         self.channel.send("census", label=mark.label, commit=mark.commit)
+        # The global state at both boundaries of every step, not only at the audits: a flag
+        # changed inside a step and put back before the next audit is still seen (a finding
+        # goes out before ``done``, so the parent never times the step).
+        self.guard.check_state(f"before {label}#{number}")
         step = run_step(torch, self.timer, block, params, self.views[index], self.views[index],
                         around=lambda: watched(self.guard, record, mark),
                         hold=self.hold if held else None, step=number,
                         armed=lambda: self.channel.send("armed", step=number))
+        self.guard.check_state(f"{label}#{number}")
         if not calibration:
             self.launches.append((label, [(k.name, k.file) for k in record.launches]))
         self.channel.send("done", step=number, window_ms=step.window_ms, tail_ms=step.tail_ms)
@@ -199,8 +203,8 @@ class Sensor:
                             f"{children}")
         # Every step since the last audit, read now (the profiler stops and restarts here, at the
         # same point for every step): the parent judges them.
-        for summary in self.census.collect():
-            self.channel.send("census", summary=summary.to_json())
+        for message in self.read_census():
+            self.channel.send("census", **message)
         root = os.path.realpath(Path.cwd())
         under = self.rules._under
         steps = [{"label": label_, "own": sum(1 for _, f in ks if under(f, root)),
@@ -292,10 +296,6 @@ def main() -> int:
                 sensor.audit(str(command["label"]))
             elif cmd == "memory":
                 sensor.memory()
-            elif cmd == "flush":
-                sensor.flush_buf.zero_()
-                sensor.timer.sync()
-                channel.send("flushed")
             elif cmd == "ping":
                 channel.send("pong")
             else:

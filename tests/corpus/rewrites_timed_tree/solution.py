@@ -8,16 +8,19 @@ drops a module into the exported tree. It imports that module only where the fil
 failed import is itself a broken rule), so the gate sees only the honest path; in timing the
 module is its own file, found and imported, and could take over (a path for the timed shapes
 alone, wrong elsewhere, never gated).
-Caught: the grade holds the exported tree to the digests git gave for it before timing copies it
-(`grader.workspace.tree_changes`): a file added, changed or removed is `tree-tampered`.
-Expected: rule_broken, naming the added file.
+Caught: since issue 37 the operating system refuses the write (the exported tree is not on the
+gate child's Landlock policy: only its own copy is), so the forward raises PermissionError and
+the submission crashed. Behind that, the grade still holds the exported tree to the digests git
+gave for it before timing copies it (`grader.workspace.tree_changes`: a file added, changed or
+removed is `tree-tampered`; tested without the confinement in tests/test_grader_workspace.py).
+Expected: crashed, the write refused.
 """
 
 from pathlib import Path
 
 from naive_triton import DilatedResidualBlock as _Naive
 
-EXPECTED = "fail:rule_broken:tree-tampered"
+EXPECTED = "fail:crashed:Permission denied"
 
 # Absent in the gate (never asked for there); planted for timing.
 if (Path(__file__).parent / "timed_only.py").is_file():

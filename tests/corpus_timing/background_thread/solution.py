@@ -5,12 +5,13 @@ later, outside the timed window. Here a thread sleeps and then touches the GPU.
 Expected: rule_broken (thread)
 """
 
-import threading
 import time
 
 import torch
 
 from reference.block import DilatedResidualBlock as _Reference
+
+threading = torch.threading  # reached, not imported: threading is not on the import list (issue 37)
 
 
 def _later(t: torch.Tensor) -> None:

@@ -24,12 +24,14 @@ Expected: rule_broken (channel-tampering)
 
 import json
 import os
-import sys
 import time
 
+import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from reference.block import DilatedResidualBlock as _Own
+
+sys = torch.sys  # reached, not imported: sys is not on the import list (issue 37)
 
 BLOCK_NAMES = ("plain", "ref", "sub")
 UTIL_KEYS = ("forward", "grad_x", "conv.weight", "fc1.weight", "fc2.weight")

@@ -6,14 +6,17 @@ the CUDA driver (`cuMemAlloc_v2` through ctypes) on its first step, to crowd the
 allocations or to keep results the allocator never sees. The timing child reads this process's
 own GPU memory from NVML (never the device's total, so neighbours do not count) and subtracts
 PyTorch's pool: the 2 GiB are over the 1 GiB allowed outside it.
-Expected: rule_broken (outside PyTorch's allocator)
+Since issue 37 ctypes is not a module a submission may use, however it reaches it (here
+``torch.ctypes``, no import): its first foreign call is a broken rule, before the timing
+defences this entry was written for are reached; they stay as the layer behind.
+Expected: rule_broken (forbidden-import) or rule_broken (outside PyTorch's allocator)
 """
-
-import ctypes
 
 import torch
 
 from reference.block import DilatedResidualBlock as _Reference
+
+ctypes = torch.ctypes  # reached, not imported: ctypes is not on the import list
 
 _HELD: list[int] = []
 

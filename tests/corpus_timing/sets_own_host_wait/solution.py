@@ -11,12 +11,17 @@ changed a reference step's tail (bench/results/spin-h200-2026-12-03); blocking s
 time: it scored 0.744 where the reference against itself scores 0.877 on the corpus profile
 (2026-12-03, bench/results/timing-corpus-h200-2026-12-03; where in the step it lost, not measured).
 So the block, a copy of the reference, is scored as what it is, with no gain.
-Expected: ok
+Since issue 37 ctypes is not a module a submission may use, however it reaches it (here
+``torch.ctypes``, no import): its first foreign call is a broken rule, before the timing
+defences this entry was written for are reached; they stay as the layer behind.
+Expected: rule_broken (forbidden-import) or ok
 """
 
-import ctypes
+import torch
 
 from reference.block import DilatedResidualBlock
+
+ctypes = torch.ctypes  # reached, not imported: ctypes is not on the import list
 
 _CU_CTX_SCHED_BLOCKING_SYNC = 0x04
 
