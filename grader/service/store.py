@@ -21,6 +21,7 @@ worker's report is refused: `finish` checks the worker and attempt that claimed 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -197,13 +198,16 @@ _DIR_MODE, _FILE_MODE = 0o700, 0o600
 
 def _private(root: Path) -> None:
     """Make ``root`` and everything in it its owner's alone (a store made by an older grader, or
-    a file some tool wrote with the default umask). Links are left alone, never followed."""
+    a file some tool wrote with the default umask). Links are left alone, never followed. A file
+    that goes meanwhile (a blob's temporary file renamed by another writer) is skipped."""
     for dirpath, dirnames, filenames in os.walk(root):
-        os.chmod(dirpath, _DIR_MODE)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(dirpath, _DIR_MODE)
         for name in filenames:
             path = os.path.join(dirpath, name)
-            if not os.path.islink(path):
-                os.chmod(path, _FILE_MODE)
+            with contextlib.suppress(FileNotFoundError):
+                if not os.path.islink(path):
+                    os.chmod(path, _FILE_MODE)
         dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
 
 
@@ -225,10 +229,14 @@ class Store:
         else:
             path.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
             self.root, self.db_path, self.blobs = path, path / DB_NAME, path / "blobs"
-            _private(self.root)
+            # A store this grader made is private already: walk it (every blob) only when its
+            # folder says it is an older one.
+            if path.stat().st_mode & 0o077:
+                _private(self.root)
             # Made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the
             # database file's mode.
             os.close(os.open(self.db_path, os.O_RDWR | os.O_CREAT, _FILE_MODE))
+            os.chmod(self.db_path, _FILE_MODE)
         try:
             self._db = sqlite3.connect(self.db_path, timeout=60.0, isolation_level=None,
                                        check_same_thread=False)  # fmt: skip
