@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grader_helpers import REPO, ci_config, corpus_workspace, git, make_workspace, run_grade
+from grader_helpers import NAIVE, REPO, ci_config, corpus_workspace, git, make_workspace, run_grade
 
 from grader.report import GradeReport, Status
 from grader.service.archive import make_archive
@@ -139,6 +139,52 @@ def test_memory_past_the_container_limit_is_out_of_memory(engine: Any, tmp_path:
     assert report.status is Status.OUT_OF_MEMORY, report.reasons
     assert report.score == 0.0
     assert "memory limit of 1500m" in report.reasons[0]
+    assert not left(engine)
+
+
+OVERFILLS_OUT = '''"""Writes 64 MiB into /out (a host folder), then falls back to the naive control."""
+written = 0
+try:
+    with open("/out/fill", "wb") as f:
+        for _ in range(64):
+            f.write(bytes(1 << 20))
+            f.flush()
+            written += 1 << 20
+except OSError as exc:  # EFBIG past the file-size limit (Python ignores SIGXFSZ), or refused
+    print(f"stopped after {written} bytes: {exc!r}")
+from naive_triton import DilatedResidualBlock  # noqa: E402,F401
+'''
+
+
+def test_out_overfilled_is_bounded_by_the_file_size_limit(engine: Any, tmp_path: Path) -> None:
+    """/out is a folder of this host's: one file in it holds at most ``file_bytes`` (the
+    ``fsize`` limit of every process in the container), and the grade still ends with the
+    grader's own report."""
+    ws = make_workspace(tmp_path / "ws", {"naive_triton.py": NAIVE.read_text(),
+                                          "solution.py": OVERFILLS_OUT})  # fmt: skip
+    sizes: dict[str, int] = {}
+
+    class Measuring(DockerExecutor):
+        def _run_container(self, kwargs: dict[str, Any], alive: Any) -> Any:
+            ended = super()._run_container(kwargs, alive)
+            out = next(Path(h) for h, b in kwargs["volumes"].items() if b["bind"] == "/out")
+            sizes.update({p.name: p.stat().st_size for p in out.iterdir()})
+            return ended
+
+    ex = Measuring(IMAGE, worker=WORKER, client=engine, poll_s=1.0,
+                   config=ci_config(tmp_path / "scoring.yaml", ("c3-l2",)),
+                   limits=ContainerLimits(file_bytes=8 << 20))  # fmt: skip
+    report = GradeReport.from_json(ex.run(request_for(ws), lambda: True))
+    assert report.status is not Status.SCORED
+    assert sizes.get("fill", 0) <= 8 << 20, sizes
+    assert not left(engine)
+
+
+def test_a_gpu_without_a_uuid_is_refused_by_a_real_engine_too(engine: Any, tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "x = 1\n"})
+    with pytest.raises(ExecutorError, match="has no UUID"):
+        executor(engine, None).run(request_for(ws, Device("NVIDIA H200", "host:cuda:0", 0)),
+                                   lambda: True)  # fmt: skip
     assert not left(engine)
 
 
@@ -407,6 +453,9 @@ def test_the_exact_create_request_for_a_gpu_grade(tmp_path: Path, sample_report:
         "CapDrop": ["ALL"],
         "SecurityOpt": ["no-new-privileges"],
         "Init": True,
+        "IpcMode": "none",
+        "Ulimits": [{"Name": "fsize", "Soft": 4 << 30, "Hard": 4 << 30},
+                    {"Name": "nofile", "Soft": 65536, "Hard": 65536}],
         "Memory": 48 << 30,
         "MemorySwap": 48 << 30,
         "PidsLimit": 2048,
@@ -437,6 +486,17 @@ def test_a_cpu_grade_requests_no_gpu_and_hides_any(tmp_path: Path, sample_report
     assert "DeviceRequests" not in sent["HostConfig"]
     assert "NVIDIA_VISIBLE_DEVICES=void" in sent["Env"]
     assert len(sent["HostConfig"]["Binds"]) == 2
+
+
+def test_a_gpu_without_a_uuid_is_refused_before_any_container(tmp_path: Path) -> None:
+    _sdk()
+    ws = make_workspace(tmp_path / "ws", {"solution.py": "x = 1\n"})
+    request = request_for(ws, Device("NVIDIA H200", "host:cuda:3", 3))
+    api = RecordingAPI()
+    with pytest.raises(ExecutorError, match="index 3\\) has no UUID .*grades only on a GPU named "
+                                            "by its UUID"):  # fmt: skip
+        DockerExecutor("img", worker="w", client=fake_client(api)).run(request, lambda: True)
+    assert api.calls == [] and api.created == []
 
 
 def test_a_report_that_disagrees_with_the_exit_status_is_refused(tmp_path: Path,

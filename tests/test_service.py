@@ -77,7 +77,7 @@ def test_a_worker_killed_mid_grade_loses_nothing(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_200_concurrent_submissions_from_8_clients_are_each_graded_once(tmp_path: Path) -> None:
     store_dir, log = tmp_path / "store", tmp_path / "grades.log"
-    run, token = _create_run(store_dir, "busy", "--max-per-hour", "1000")
+    run, token = _create_run(store_dir, "busy", "--max-per-hour", "1000", "--max-queued", "1000")
     ids: list[int] = []
     errors: list[str] = []
     lock = threading.Lock()
@@ -166,7 +166,7 @@ def test_bad_uploads_are_refused_and_nothing_is_stored(tmp_path: Path) -> None:
 def test_a_runs_token_reaches_its_own_run_only(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     run_a, token_a = _create_run(store_dir, "a")
-    run_b, token_b = _create_run(store_dir, "b")
+    run_b, token_b = _create_run(store_dir, "b", "--max-queued", "4")
     with Server(store_dir) as server:
         base = server.url
         sub_b = upload(base, token_b, run_b, tree_tar(solution(0.5)), fake_commit("b")).body
@@ -191,7 +191,7 @@ def test_a_runs_token_reaches_its_own_run_only(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_queue_survives_a_server_restart(tmp_path: Path) -> None:
     store_dir, log = tmp_path / "store", tmp_path / "grades.log"
-    run, token = _create_run(store_dir)
+    run, token = _create_run(store_dir, "run", "--max-queued", "10")
     first = Server(store_dir)
     ids = [upload(first.url, token, run, tree_tar(solution(0.5, f"{i}")), fake_commit(f"{i}"))
            .body["submission"]["id"] for i in range(3)]  # fmt: skip
@@ -238,6 +238,51 @@ def test_finalize_regrades_the_best_on_another_device(tmp_path: Path) -> None:
     assert "RESULT: 0.9000" in text
     lines = _log_lines(log)
     assert [line[1] for line in lines] == ["grade", "grade", "grade", "final"]
+
+
+@pytest.mark.slow
+def test_a_runs_burst_does_not_starve_another_run(tmp_path: Path) -> None:
+    """Real concurrent clients: run A's 8 clients send 24 submissions at once while run B's one
+    client sends 3; a worker grading throughout takes the runs in turn, so B's grades are done
+    within the first few, not after A's burst. A run's grades waiting are capped: past the cap
+    its uploads get 429."""
+    store_dir, log = tmp_path / "store", tmp_path / "grades.log"
+    run_a, token_a = _create_run(store_dir, "a", "--max-queued", "30", "--max-per-hour", "100")
+    run_b, token_b = _create_run(store_dir, "b", "--max-queued", "4")
+    trees: dict[str, str] = {}
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def client(token: str, run: str, salts: list[str]) -> None:
+        for salt in salts:
+            reply = upload(server.url, token, run, tree_tar(solution(0.5, salt)), fake_commit(salt))
+            with lock:
+                statuses.append(reply.status)
+                if reply.status == 201:
+                    trees[reply.body["submission"]["tree"]] = salt
+
+    with Server(store_dir) as server:
+        threads = [threading.Thread(target=client, args=(token_a, run_a, [f"a{c}-{i}"
+                                                                          for i in range(3)]))
+                   for c in range(8)]  # fmt: skip
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        b = threading.Thread(target=client, args=(token_b, run_b, ["b0", "b1", "b2"]))
+        b.start()
+        b.join()
+        assert sorted(statuses) == [201] * 27, statuses
+        w = worker(store_dir, "--cpu", "--once", "--command", fake_command(log))
+        assert w.wait(timeout=300) == 0
+        # The cap: run B may have 4 grades waiting; the fifth upload is refused.
+        over = [upload(server.url, token_b, run_b, tree_tar(solution(0.5, f"b-over{i}")),
+                       fake_commit(f"b-over{i}")).status for i in range(5)]  # fmt: skip
+        assert over == [201] * 4 + [429], over
+    order = [trees[line[0]][0] for line in _log_lines(log)]
+    assert len(order) == 27
+    # Runs in turn: B's three grades are the 2nd, 4th and 6th, though sent after A's 24.
+    assert "".join(order[:7]) == "abababa", order
 
 
 def test_cli_errors_are_clear(tmp_path: Path) -> None:

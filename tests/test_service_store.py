@@ -193,3 +193,113 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(StoreError, match="schema version 99 is newer"):
         Store(tmp_path / "s")
+
+
+def test_the_store_is_its_owners_alone_and_an_old_one_is_made_so(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    with Store(root) as store:
+        run, _ = store.create_run("r")
+        _add(store, run.id, 0.5)
+        store.operator_token()
+        modes = {p.relative_to(root).as_posix(): p.stat().st_mode & 0o777
+                 for p in [root, *root.rglob("*")]}  # fmt: skip (the -wal file lives while open)
+    assert modes["."] == 0o700 and modes["blobs"] == 0o700
+    assert {"grader.sqlite", "grader.sqlite-wal", "operator.token"} <= set(modes)
+    assert all(m == (0o700 if (root / p).is_dir() else 0o600) for p, m in modes.items()), modes
+    for path in [root, *root.rglob("*")]:  # an older grader's modes
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    Store(root).close()
+    assert all(p.stat().st_mode & 0o077 == 0 for p in [root, *root.rglob("*")])
+
+
+def test_no_store_error_names_a_path_of_the_store(tmp_path: Path) -> None:
+    root = tmp_path / "secret-place"
+    store = Store(root)
+    run, _ = store.create_run("r")
+    sub, _ = _add(store, run.id, 0.5)
+    messages = []
+    for call in (lambda: store.run("nope"), lambda: store.submission(99),
+                 lambda: store.grade(99), lambda: store.blob("0" * 64)):  # fmt: skip
+        with pytest.raises(StoreError) as exc:
+            call()
+        messages.append(str(exc.value))
+    store._blob_path(sub.archive_sha256).write_bytes(b"tampered")
+    with pytest.raises(StoreError) as exc:
+        store.archive(sub.id)
+    messages.append(str(exc.value))
+    assert not [m for m in messages if "secret-place" in m or str(tmp_path) in m], messages
+
+
+def test_a_refused_upload_writes_no_blob_and_orphans_are_collected(store: Store) -> None:
+    run, _ = store.create_run("r", Limits(max_per_hour=1, max_queued=10))
+    _add(store, run.id, 0.1, "a")
+    before = sorted(store.blobs.rglob("*"))
+    for salt in "bcd":
+        with pytest.raises(LimitExceeded, match="in the last hour"):
+            _add(store, run.id, 0.2, salt)
+    assert sorted(store.blobs.rglob("*")) == before
+    orphan = store._put_blob(b"no row names me")
+    (store._blob_path(orphan).parent / ".half.tmp").write_bytes(b"a writer died")
+    assert store.collect_orphans() == 2
+    assert sorted(store.blobs.rglob("*")) == before  # the submission's archive stays
+    assert store.archive(store.submissions(run.id)[0].id)
+
+
+def test_a_run_has_a_cap_on_grades_waiting(store: Store) -> None:
+    run, _ = store.create_run("r", Limits(max_queued=2))
+    _add(store, run.id, 0.1, "a")
+    _add(store, run.id, 0.2, "b")
+    with pytest.raises(LimitExceeded, match="2 grades queued or running; its limit is 2") as exc:
+        _add(store, run.id, 0.3, "c")
+    assert exc.value.http_status == 429
+    job = store.claim("w", GPU_A, lease_s=30)
+    assert job is not None
+    with pytest.raises(LimitExceeded):  # running still counts
+        _add(store, run.id, 0.3, "c")
+    store.finish(job, _report(0.1))
+    assert _add(store, run.id, 0.3, "c")[1]
+    assert Store(store.root).run(run.id).limits == Limits(max_queued=2)
+
+
+def test_the_queue_takes_runs_in_turn(store: Store) -> None:
+    burst, _ = store.create_run("burst", Limits(max_queued=100))
+    small, _ = store.create_run("small", Limits(max_queued=100))
+    burst_ids = [_add(store, burst.id, 0.5, f"b{i}")[0].id for i in range(6)]
+    small_ids = [_add(store, small.id, 0.5, f"s{i}")[0].id for i in range(2)]
+    order = []
+    while (job := store.claim("w", GPU_A, lease_s=30)) is not None:
+        order.append(job.submission.id)
+        store.finish(job, _report(0.5))
+    # Submitted after the whole burst, the small run's grades come second and fourth.
+    assert order == [burst_ids[0], small_ids[0], burst_ids[1], small_ids[1], *burst_ids[2:]]
+
+
+def test_a_malformed_report_is_refused_and_the_grade_stays_claimed(store: Store) -> None:
+    run, _ = store.create_run("r")
+    _add(store, run.id, 0.5)
+    job = store.claim("w", GPU_A, lease_s=30)
+    assert job is not None
+    for bad in ("[]", '"scored"', '{"score": 9.9}', '{"status": "scored", "score": "NaN"}',
+                '{"status": "scored", "score": 1e999}', '{"status": "x", "reasons": [1]}'):
+        with pytest.raises(ValueError):
+            store.finish(job, bad)
+    assert store.grade(job.grade.id).state is GradeState.RUNNING  # the worker's to settle
+    assert store.fail(job, "the report was not a report").state is GradeState.QUEUED
+
+
+def test_a_v2_store_is_migrated(tmp_path: Path) -> None:
+    import sqlite3
+
+    with Store(tmp_path / "s") as store:
+        run, token = store.create_run("old")
+        store.local_run()
+    db = sqlite3.connect(tmp_path / "s" / "grader.sqlite")
+    db.execute("ALTER TABLE runs DROP COLUMN max_queued")
+    db.execute("ALTER TABLE runs DROP COLUMN last_claim_ts")
+    db.execute("PRAGMA user_version=2")
+    db.commit()
+    db.close()
+    with Store(tmp_path / "s") as store:
+        assert store.run(run.id).limits.max_queued == Limits.max_queued
+        assert store.run("local").limits.max_queued == 1 << 30  # the agent's own: no cap
+        assert store.run_of_token(token).id == run.id  # type: ignore[union-attr]

@@ -23,14 +23,22 @@ its submissions only; the operator's token (``DIR/operator.token``) reaches ever
     POST /v1/submissions/ID/regrade         operator  queue another ordinary grade
 
 Errors are ``{"error": "..."}`` with 400 (bad request or archive), 401 (no or unknown token), 403
-(another run's), 404, 411, 413 (too large), 429 (the run's rate limit).
+(another run's), 404, 405, 411, 413 (too large), 429 (the run's rate limit or grades waiting).
+
+Framing is strict, so that a keep-alive proxy in front never sees two replies to one request: a
+GET with a body or a Content-Length, a ``Transfer-Encoding`` (chunked or any other), or a
+Content-Length that is repeated, negative or not a number gets 400 and the connection is closed
+without reading further. No reply names a path of the operator's (the store's errors name none;
+an internal error says only its kind, the service's stderr has the rest).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
+import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -66,6 +74,8 @@ class Caller:
 
 class GraderServer(ThreadingHTTPServer):
     daemon_threads = True
+    # The listen backlog: 20 agents submitting at once must not see a reset (the default is 5).
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], store_dir: Path,
                  upload_limits: UploadLimits) -> None:  # fmt: skip
@@ -74,6 +84,7 @@ class GraderServer(ThreadingHTTPServer):
         self._local = threading.local()
         with Store(store_dir) as store:  # made, migrated, the operator token written
             store.operator_token()
+            store.collect_orphans()
         super().__init__(address, Handler)
 
     def store(self) -> Store:
@@ -100,10 +111,54 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch("POST")
 
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_OPTIONS(self) -> None:
+        self._dispatch("OPTIONS")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The base class's own errors (a bad request line, headers too long, …) as JSON too,
+        and the connection closed (what follows on it cannot be trusted to be a request)."""
+        self.close_connection = True
+        self._body_read = False
+        self._reply(code, {"error": message or self.responses.get(code, ("error",))[0]})
+
+    def _framing(self, method: str) -> None:
+        """Refuse what a proxy and this server could split into requests differently."""
+        if self.headers.get_all("Transfer-Encoding"):
+            raise ApiError(400, "Transfer-Encoding is not accepted: send a Content-Length")
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:
+            raise ApiError(400, f"{len(lengths)} Content-Length headers: send one")
+        if lengths and not re.fullmatch(r"[0-9]{1,18}", lengths[0].strip()):
+            raise ApiError(400, f"Content-Length {lengths[0][:40]!r} is not a length")
+        if lengths and method != "POST":
+            raise ApiError(400, f"a {method} request carries no body and no Content-Length")
+
     def _dispatch(self, method: str) -> None:
         # A POST's body is unread until a route reads it; a reply sent before closes the
         # connection (the client's unread bytes would be taken for the next request).
         self._body_read = method != "POST" or self.headers.get("Content-Length", "0") == "0"
+        try:
+            self._framing(method)
+        except ApiError as exc:
+            self._body_read = False  # whatever follows on this connection is not read
+            self._reply(exc.status, {"error": str(exc)})
+            return
+        if method not in ("GET", "POST"):
+            self._body_read = False
+            self._reply(405, {"error": f"{method} is not a method of this API (GET and POST)"})
+            return
         try:
             url = urlsplit(self.path)
             parts = [p for p in url.path.split("/") if p]
@@ -121,7 +176,10 @@ class Handler(BaseHTTPRequestHandler):
         except StoreError as exc:
             status, body = 409, {"error": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a reply, not a dropped connection
-            status, body = 500, {"error": f"internal error: {exc!r}"}
+            # Its text may name a path of the store's: the operator's log gets it, not the reply.
+            traceback.print_exc(file=sys.stderr)
+            status, body = 500, {"error": f"internal error ({type(exc).__name__}); the "
+                                          "service's log has its details"}
         self._reply(status, body)
 
     def _reply(self, status: int, body: dict[str, Any] | str) -> None:
@@ -134,7 +192,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
 
     def _caller(self) -> Caller:
         header = self.headers.get("Authorization", "")
@@ -189,8 +248,12 @@ class Handler(BaseHTTPRequestHandler):
         if method == "POST" and parts == ["runs"]:
             caller.must_be_operator()
             body = self._json_body()
-            limits = Limits(**{k: int(body[k]) for k in ("max_per_hour", "max_upload_bytes")
-                               if k in body})  # fmt: skip
+            fields = ("max_per_hour", "max_upload_bytes", "max_queued")
+            bad = {k: body[k] for k in fields
+                   if k in body and (type(body[k]) is not int or body[k] < 1)}
+            if bad:
+                raise ApiError(400, f"limits are positive integers, got {bad}")
+            limits = Limits(**{k: body[k] for k in fields if k in body})
             run, token = store.create_run(str(body.get("name", "")), limits)
             return 201, {"run": run.id, "token": token}
         if len(parts) >= 2 and parts[0] == "runs":

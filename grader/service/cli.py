@@ -25,6 +25,7 @@ from typing import Any
 from grader.service import runs
 from grader.service.executors import ExecutorError
 from grader.service.store import Limits, Store, StoreError
+from grader.service.text import printable
 
 VERBS = ("serve", "worker", "run")
 
@@ -66,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     common(c)
     c.add_argument("--max-per-hour", type=int, default=Limits.max_per_hour)
     c.add_argument("--max-upload-mb", type=float, default=Limits.max_upload_bytes / (1 << 20))
+    c.add_argument("--max-queued", type=int, default=Limits.max_queued,
+                   help="the run's grades queued or running at once; an upload past it gets 429")
     for action, text in (("status", "counts by state, best, final"),
                          ("best", "the best submission"),
                          ("report", "every submission, the best and its final regrade"),
@@ -102,7 +105,8 @@ def _out(args: argparse.Namespace, obj: dict[str, Any], text: str, code: int = 0
     if args.json:
         print(json.dumps(obj))
     else:
-        print(text, file=sys.stdout if code == 0 else sys.stderr)
+        # Names, statuses, reasons and log tails in it may be a submission's writing.
+        print(printable(text), file=sys.stdout if code == 0 else sys.stderr)
     return code
 
 
@@ -154,7 +158,7 @@ def _worker(args: argparse.Namespace) -> int:
     elif args.command:
         executor = CommandExecutor(shlex.split(args.command))
     else:
-        executor = LocalExecutor(config=args.config)
+        executor = LocalExecutor(config=args.config, forbidden=[args.store])
     stopping = False
 
     def stop(*_: Any) -> None:  # SIGTERM: finish the grade in hand, then exit
@@ -173,7 +177,8 @@ def _worker(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, store: Store) -> int:
     if args.action == "create":
         limits = Limits(max_per_hour=args.max_per_hour,
-                        max_upload_bytes=int(args.max_upload_mb * (1 << 20)))  # fmt: skip
+                        max_upload_bytes=int(args.max_upload_mb * (1 << 20)),
+                        max_queued=args.max_queued)  # fmt: skip
         run, token = store.create_run(args.name, limits)
         return _out(args, {"run": run.id, "token": token},
                     f"run {run.id} ({run.name})\nagent token: {token}\n"

@@ -8,9 +8,14 @@ A worker's `Executor` (`grader.service.executors`) that runs the image's entrypo
   container's user may write at ``/out`` (the report); the operator's ``scoring.yaml``, if any,
   read-only at ``/config/scoring.yaml``;
 - one GPU, by UUID (``DeviceRequest``; index 0 inside the container), or none for the CPU worker;
+  a GPU whose UUID was not read is refused (a host index names another GPU under another
+  enumeration order, and the final's other-GPU rule compares UUIDs);
 - no network, a read-only root, a tmpfs ``/tmp`` (home, scratch and Triton's cache; ``exec``, as
   Triton loads the launcher it compiles there), a non-root user, no capabilities,
-  ``no-new-privileges``, an init that reaps, and limits on memory (no swap), tasks and CPUs;
+  ``no-new-privileges``, an init that reaps, no IPC namespace shared with anything
+  (``ipc_mode="none"``; ``/dev/shm`` is the container's own tmpfs), and limits on memory (no
+  swap), tasks, CPUs, one file's size (``fsize``: no single file fills the host's disk through
+  ``/out``) and open files (``nofile``);
 - labels naming it the grader's and the worker's, so `reap` finds what a dead worker left.
 
 How it ended decides what comes back: the grader's report when the container exited with the
@@ -63,6 +68,8 @@ class ContainerLimits:
         tmp_size: The ``/tmp`` tmpfs's size.
         shm_size: ``/dev/shm``'s size.
         user: ``uid:gid`` the grade runs as (the image's ``grader`` user).
+        file_bytes: The most bytes one file may hold (``RLIMIT_FSIZE``; a write past it fails).
+        open_files: The most files one process may hold open (``RLIMIT_NOFILE``).
     """
 
     memory: str = "64g"
@@ -71,6 +78,8 @@ class ContainerLimits:
     tmp_size: str = "8g"
     shm_size: str = "1g"
     user: str = "10001:10001"
+    file_bytes: int = 4 << 30
+    open_files: int = 65536
 
 
 class DockerExecutor:
@@ -109,7 +118,7 @@ class DockerExecutor:
     def create_kwargs(self, request: GradeRequest, workspace: Path, out: Path,
                       config_dir: Path | None) -> dict[str, Any]:  # fmt: skip
         """``client.containers.create``'s arguments for one grade (tested exactly, no engine)."""
-        from docker.types import DeviceRequest, LogConfig
+        from docker.types import DeviceRequest, LogConfig, Ulimit
 
         limits = self.limits
         command = ["--cpu"] if request.device.index is None else ["--gpu", "0"]
@@ -119,7 +128,7 @@ class DockerExecutor:
         if request.device.index is None:
             env["NVIDIA_VISIBLE_DEVICES"] = "void"  # a host whose default runtime is nvidia
         else:
-            gpu = gpu_id(request.device.uuid, request.device.index)
+            gpu = gpu_id(request.device.uuid, request.device.index, request.label)
             gpu_request["device_requests"] = [DeviceRequest(device_ids=[gpu],
                                                             capabilities=[["gpu"]])]  # fmt: skip
             env.update(NVIDIA_VISIBLE_DEVICES=gpu, NVIDIA_DRIVER_CAPABILITIES="compute,utility")
@@ -137,6 +146,9 @@ class DockerExecutor:
             network_mode="none", read_only=True,
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={limits.tmp_size},mode=1777"},
             user=limits.user, cap_drop=["ALL"], security_opt=["no-new-privileges"], init=True,
+            ipc_mode="none",
+            ulimits=[Ulimit(name="fsize", soft=limits.file_bytes, hard=limits.file_bytes),
+                     Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files)],
             mem_limit=limits.memory, memswap_limit=limits.memory, pids_limit=limits.pids,
             nano_cpus=int(min(limits.cpus, os.cpu_count() or 1) * 1e9),
             shm_size=limits.shm_size,
@@ -175,13 +187,13 @@ class DockerExecutor:
                                     reason, report if consistent else None)  # fmt: skip
             if report is None:
                 raise ExecutorError(f"{request.label}: the container exited with status "
-                                    f"{ended.exit_code} and wrote no report; its output ended "
-                                    f"with:\n{ended.log_tail}")  # fmt: skip
+                                    f"{ended.exit_code} and wrote no report",
+                                    ended.log_tail)  # fmt: skip
             if ended.exit_code != int(report.exit_code):
                 raise ExecutorError(f"{request.label}: the container exited with status "
                                     f"{ended.exit_code} but its report says {report.status} (exit "
-                                    f"{int(report.exit_code)}): not the grader's report; its "
-                                    f"output ended with:\n{ended.log_tail}")  # fmt: skip
+                                    f"{int(report.exit_code)}): not the grader's report",
+                                    ended.log_tail)  # fmt: skip
             return as_submitted(report.to_json(), request)
 
     def _prepare(self, request: GradeRequest, tmp: Path) -> tuple[Path, Path, Path | None]:
@@ -297,12 +309,16 @@ def docker_client() -> Any:
         raise ExecutorError(f"no Docker engine answers: {exc}") from exc
 
 
-def gpu_id(uuid: str, index: int | None) -> str:
-    """The device id to request: the GPU's UUID (stable, unlike enumeration order), or its host
-    index where no UUID was read (NVML absent)."""
-    if uuid.startswith(("GPU-", "MIG-")) or index is None:
+def gpu_id(uuid: str, index: int | None, label: str = "the grade") -> str:
+    """The device id to request: the GPU's UUID (stable, unlike enumeration order). A GPU whose
+    UUID was not read (NVML absent: the worker named it by host and index) is refused: the
+    engine's index may be another GPU than the worker's, and a final's other-GPU rule would
+    compare names that are not identities."""
+    if uuid.startswith(("GPU-", "MIG-")):
         return uuid
-    return str(index)
+    raise ExecutorError(f"{label}: the worker's GPU (index {index}) has no UUID ({uuid!r}): the "
+                        "Docker executor grades only on a GPU named by its UUID (is NVML "
+                        "readable on this host?)")
 
 
 def reap(client: Any, worker: str | None) -> int:
@@ -348,11 +364,14 @@ def _read_out(path: Path, limit: int) -> str | None:
 
 
 def _read_report(path: Path) -> GradeReport | None:
-    """The report the container left, or None when there is none or it is not a report."""
+    """The report the container left, or None when there is none or it is not a report (parsed
+    strictly: `grader.service.verdict.parse`; its exit status is compared by `run`)."""
+    from grader.service import verdict
+
     text = _read_out(path, MAX_REPORT_BYTES)
     try:
-        return GradeReport.from_json(text) if text is not None else None
-    except (ValueError, TypeError, KeyError):
+        return verdict.parse(text) if text is not None else None
+    except verdict.Unbelieved:
         return None
 
 

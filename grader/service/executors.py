@@ -5,18 +5,26 @@ report JSON, or raises `ExecutorError` when the machinery failed (the submission
 and the queue tries again). The submission itself never runs in the worker's process:
 
 - `LocalExecutor`: ``python -m grader grade`` in a subprocess on a repository rebuilt from the
-  archive: the grader's own isolation (a sandboxed child per phase, secret seeds).
+  archive: the grader's own isolation (a sandboxed child per phase, secret seeds), inside a
+  confinement of the whole grade that puts the store, every other grade's folders and the worker
+  out of its reach (`grader.service.grade_process`).
 - `CommandExecutor`: any command with the same contract (an operator's wrapper; the tests' fast
   fake grader).
 - The Docker executor (issue 16) implements the same `Executor` protocol.
+
+Every grade's folders are made in the worker's private jobs folder (`jobs_root`, 0700), never in
+the store. A report is believed only when it parses strictly and the command's exit status gives
+the same status (`grader.service.verdict`). No message of an executor names a path of the
+operator's: the job's folders are called ``<job>``/``<workspace>`` in what it raises.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
+import secrets
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,12 +34,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from grader.service import verdict
 from grader.service.archive import extract_archive
 from grader.service.store import Device
 
 
 class ExecutorError(RuntimeError):
-    """The grade could not be run or produced no report; the message says why."""
+    """The grade could not be run or produced no report; the message says why.
+
+    Attributes:
+        summary: Why, in the executor's own words: what the grade's record keeps (a run's
+            token reads it).
+        tail: The end of the grade's output, for the operator's log only (the grader's and the
+            submission's words: paths of this host, escapes).
+    """
+
+    def __init__(self, summary: str, tail: str = "") -> None:
+        super().__init__(f"{summary}; its output ended with:\n{tail}" if tail else summary)
+        self.summary = summary
+        self.tail = tail
 
 
 @dataclass(frozen=True)
@@ -78,7 +99,8 @@ def rebuild(request: GradeRequest, dest: Path) -> Path:
         done = subprocess.run(["git", "-C", str(dest), *args], env=env, capture_output=True,
                               text=True, check=False)  # fmt: skip
         if done.returncode:
-            raise ExecutorError(f"git {' '.join(args)} failed in {dest}: {done.stderr.strip()}")
+            raise ExecutorError(f"git {' '.join(args)} failed in the rebuilt repository: "
+                                f"{done.stderr.strip().replace(str(dest), '<workspace>')}")
         return done.stdout.strip()
 
     git("init", "--quiet")
@@ -121,25 +143,55 @@ class CommandExecutor:
         words = [w.format(**fields) for w in self.argv]
         return [w for w in words if w != ""]
 
+    def environment(self, job: Path, repo: Path, report: Path,
+                    request: GradeRequest) -> dict[str, str]:  # fmt: skip
+        """The command's environment (the worker's, its temporary files in the job's folder)."""
+        tmp = job / "tmp"
+        tmp.mkdir(mode=0o700)
+        return {**os.environ, "TMPDIR": str(tmp)}
+
     def run(self, request: GradeRequest, alive: Callable[[], bool]) -> str:
-        with tempfile.TemporaryDirectory(prefix="grade-job-") as tmp:
-            repo = rebuild(request, Path(tmp) / "repo")
-            report = Path(tmp) / "report.json"
+        root = jobs_root()
+        with tempfile.TemporaryDirectory(prefix="job-", dir=root) as job_dir, \
+                tempfile.TemporaryDirectory(prefix=f"{secrets.token_hex(16)}-", dir=root) as out:
+            job = Path(job_dir)
+            repo = rebuild(request, job / "repo")
+            report = Path(out) / "report.json"
             argv = self.command(repo, report, request)
-            log = Path(tmp) / "log.txt"
-            with open(log, "wb") as out:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+            env = self.environment(job, repo, report, request)
+            log = job / "log.txt"
+            with open(log, "wb") as sink:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=sink,
                                         stderr=subprocess.STDOUT, start_new_session=True,
-                                        preexec_fn=_die_with_parent, cwd=tmp)  # fmt: skip
+                                        preexec_fn=_die_with_parent, cwd=job,
+                                        env=env)  # fmt: skip
                 why = self._wait(proc, alive)
-            tail = log.read_bytes()[-2000:].decode(errors="replace")
+            # Whatever of the grade outlived its command (a child that left the group) goes now.
+            _kill_group(proc)
+            paths = {**self.private_paths(), out: "<job>", job_dir: "<job>", str(root): "<jobs>"}
+            tail = _neutral(log.read_bytes()[-2000:].decode(errors="replace"), paths)
             if why:
-                raise ExecutorError(f"{why}; its output ended with:\n{tail}")
-            if not report.is_file():
-                raise ExecutorError(f"{shlex.join(argv[:4])}… exited with status "
-                                    f"{proc.returncode} and wrote no report; its output ended "
-                                    f"with:\n{tail}")  # fmt: skip
-            return as_submitted(report.read_text(), request)
+                raise ExecutorError(why, tail)
+            text = _read_private(report, verdict.MAX_REPORT_BYTES)
+            if text is None:
+                raise ExecutorError(f"the grade command exited with status {proc.returncode} "
+                                    "and wrote no report", tail)  # fmt: skip
+            try:
+                verdict.check(text, proc.returncode, tree=request.tree)
+            except verdict.Unbelieved as exc:
+                raise ExecutorError(f"{request.label}: {_neutral(str(exc), paths)}",
+                                    tail) from None  # fmt: skip
+            return self.annotate(as_submitted(_neutral(text, paths), request))
+
+    def private_paths(self) -> dict[str, str]:
+        """Folders of this host a report or a message must not name, each with its neutral
+        word: where the grader and its Python are installed."""
+        grader_root = str(Path(__file__).resolve().parents[2])
+        return {grader_root: "<grader>", sys.prefix: "<python>", sys.base_prefix: "<python>"}
+
+    def annotate(self, report_json: str) -> str:
+        """The believed report with what this executor adds (nothing here)."""
+        return report_json
 
     def _wait(self, proc: subprocess.Popen[bytes], alive: Callable[[], bool]) -> str:
         """Wait for ``proc``; a reason when it had to be killed, else ''."""
@@ -161,19 +213,64 @@ class CommandExecutor:
 
 
 class LocalExecutor(CommandExecutor):
-    """The grader's own ``python -m grader grade`` on this host."""
+    """The grader's own ``python -m grader grade`` on this host, confined as a whole
+    (`grader.service.grade_process`): the grade cannot read, write or list ``forbidden`` (the
+    store's folder), nor any grade's folders but its own, nor signal the worker.
 
-    def __init__(self, *, config: Path | None = None, timeout_s: float = 3 * 3600) -> None:
-        argv = [sys.executable, "-m", "grader", "grade", "{workspace}", "--json", "{report}",
-                "--quiet", "{final}"]  # fmt: skip
-        if config is not None:
-            argv += ["--config", str(config)]
-        super().__init__(argv, timeout_s=timeout_s)
+    Args:
+        config: The scoring.yaml to grade with.
+        forbidden: Folders the grade must not reach: the store's (the worker passes it).
+        timeout_s: The whole grade's backstop.
+    """
+
+    def __init__(self, *, config: Path | None = None, forbidden: Sequence[str | Path] = (),
+                 timeout_s: float = 3 * 3600) -> None:  # fmt: skip
+        self.args = ["--quiet"] + (["--config", str(config)] if config is not None else [])
+        self.config = config
+        self.forbidden = [os.path.realpath(p) for p in forbidden]
+        super().__init__([sys.executable, "-m", "grader.service.grade_process"],
+                         timeout_s=timeout_s)  # fmt: skip
 
     def command(self, workspace: Path, report: Path, request: GradeRequest) -> list[str]:
-        argv = super().command(workspace, report, request)
+        return list(self.argv)  # the report's path goes in the environment: see `environment`
+
+    def environment(self, job: Path, repo: Path, report: Path,
+                    request: GradeRequest) -> dict[str, str]:  # fmt: skip
+        from grader.service.grade_process import SPEC_ENV
+
+        env = super().environment(job, repo, report, request)
         index = request.device.index
-        return argv + (["--cpu"] if index is None else ["--gpu", str(index)])
+        args = [*self.args, *(["--final"] if request.final else []),
+                *(["--cpu"] if index is None else ["--gpu", str(index)])]  # fmt: skip
+        env[SPEC_ENV] = json.dumps({
+            "workspace": str(repo), "report": str(report), "args": args,
+            "forbidden": [*self.forbidden, str(jobs_root())],
+            "writable": [str(job), str(report.parent)],
+        })  # fmt: skip
+        return env
+
+    def private_paths(self) -> dict[str, str]:
+        paths = super().private_paths()
+        paths.update({p: "<store>" for p in self.forbidden})
+        if self.config is not None:
+            paths[str(self.config)] = "<config>"
+        return paths
+
+    def annotate(self, report_json: str) -> str:
+        """Say in the report how the grade was kept from the service."""
+        from grader.child.confine import landlock_abi
+
+        try:
+            data = json.loads(report_json)
+        except ValueError:
+            return report_json
+        abi = landlock_abi()
+        data["service_confinement"] = (
+            f"Landlock ABI {abi}: the grade could not reach the store or the worker"
+            + ("" if abi >= 6 else " by files (signals need ABI 6)")
+            if abi else "no Landlock on this kernel: the store was kept from the grade only by "
+            "its owner-only modes (enough against another user, not against this one)")
+        return json.dumps(data, indent=2)
 
 
 def as_submitted(report_json: str, request: GradeRequest) -> str:
@@ -187,6 +284,44 @@ def as_submitted(report_json: str, request: GradeRequest) -> str:
         return report_json
     data.update(commit=request.commit, workspace=request.label)
     return json.dumps(data, indent=2)
+
+
+def jobs_root() -> Path:
+    """The folder every grade's job folders are made in: this user's, 0700, outside any store
+    (one per user; a grade is granted its own job's folders in it and nothing else)."""
+    root = Path(tempfile.gettempdir()) / f"grader-jobs-{os.getuid()}"
+    try:
+        root.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise ExecutorError("the jobs folder in the temporary directory is not this user's own "
+                            "folder: another user made it first")  # fmt: skip
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(root, 0o700)
+    return root
+
+
+def _neutral(text: str, paths: dict[str, str]) -> str:
+    """``text`` with each of ``paths`` (longest first) replaced by its neutral word."""
+    for path in sorted(paths, key=len, reverse=True):
+        if path.rstrip("/"):  # never "/" itself (a Python installed at the root)
+            text = text.replace(path, paths[path])
+    return text
+
+
+def _read_private(path: Path, limit: int) -> str | None:
+    """A regular file of at most ``limit`` bytes at ``path``, never through a link; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        return f.read(limit + 1)[:limit].decode(errors="replace")
 
 
 def _die_with_parent() -> None:
@@ -203,10 +338,10 @@ def _die_with_parent() -> None:
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
 
 
 __all__ = ["CommandExecutor", "Executor", "ExecutorError", "GradeRequest", "LocalExecutor",
-           "as_submitted", "rebuild"]  # fmt: skip
+           "as_submitted", "jobs_root", "rebuild"]  # fmt: skip

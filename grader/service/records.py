@@ -20,10 +20,19 @@ class GradeState(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Limits:
-    """A run's limits on what its agent may send."""
+    """A run's limits on what its agent may send.
+
+    Attributes:
+        max_per_hour: New submissions in any hour.
+        max_upload_bytes: One archive's bytes.
+        max_queued: The run's grades not yet done (queued or running): an upload past it is
+            refused (429) until one finishes, so one run's burst never becomes hours of every
+            run's GPU time (the queue also takes runs in turn: `Store.claim`).
+    """
 
     max_per_hour: int = 120
     max_upload_bytes: int = 8 << 20
+    max_queued: int = 8
 
 
 @dataclass(frozen=True)

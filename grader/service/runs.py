@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from grader.service.store import Grade, GradeState, Store, Submission
+from grader.service.text import printable
 
 
 def submission_view(store: Store, submission: Submission) -> dict[str, Any]:
@@ -93,12 +94,22 @@ def _score(view: dict[str, Any]) -> str:
 
 
 def render_run_report(report: dict[str, Any]) -> str:
-    lines = [f"run {report['run']} ({report['name']}): {len(report['submissions'])} submission(s)",
+    """The run's report as text; every field a submission or an agent may have written (a name,
+    a status) with its control characters escaped (`printable`)."""
+    return printable("\n".join(_report_lines(report)))
+
+
+def _report_lines(report: dict[str, Any]) -> list[str]:
+    def p(value: object) -> str:
+        return printable(value, newlines=False)
+
+    lines = [f"run {report['run']} ({p(report['name'])}): {len(report['submissions'])} "
+             "submission(s)",
              "", f"{'id':>5}  {'commit':<12}  {'state':<8}  {'status':<18}  score [95% interval]"]
     for s in report["submissions"]:
         mark = "  <- best" if s["id"] == report["best"] else ""
         lines.append(f"{s['id']:>5}  {s['commit'][:12]:<12}  {s['state']:<8}  "
-                     f"{s['status'] or '-':<18}  {_score(s)}{mark}")  # fmt: skip
+                     f"{p(s['status'] or '-'):<18}  {_score(s)}{mark}")  # fmt: skip
     final = report.get("final")
     lines.append("")
     if report["best"] is None:
@@ -107,13 +118,13 @@ def render_run_report(report: dict[str, Any]) -> str:
         lines.append("final regrade: not requested (python -m grader run finalize RUN)")
     else:
         g = final["final"]
-        where = f"{g['gpu_name'] or '?'} {g['gpu_uuid'] or ''}".strip()
+        where = p(f"{g['gpu_name'] or '?'} {g['gpu_uuid'] or ''}".strip())
         if g["state"] != "done":
             lines.append(f"final regrade of submission {final['submission']}: {g['state']}")
         else:
             ci = g["score_ci"]
             score = "-" if g["score"] is None else f"{g['score']:.4f}"
-            lines.append(f"final regrade of submission {final['submission']}: {g['status']} "
+            lines.append(f"final regrade of submission {final['submission']}: {p(g['status'])} "
                          f"{score}"
                          + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "") + f" on {where}")
             first = final.get("grade")
@@ -124,7 +135,7 @@ def render_run_report(report: dict[str, Any]) -> str:
                 lines.append(f"  {final['gap_note']}")
             if g["status"] == "scored":
                 lines.append(f"RESULT: {g['score']:.4f} (the final regrade is the run's result)")
-    return "\n".join(lines)
+    return lines
 
 
 __all__ = ["final_view", "gap_check", "render_run_report", "run_report", "run_status",

@@ -2,7 +2,11 @@
 
     DIR/grader.sqlite        runs, submissions, grades (the queue is the grades not yet done)
     DIR/blobs/ab/abcdef…     archives and reports, named by their sha256, written atomically
-    DIR/operator.token       the operator's bearer token, made on first use (mode 0600)
+    DIR/operator.token       the operator's bearer token, made on first use
+
+The folder is its owner's alone (0700, every file in it 0600, set again on every open): a grade
+never runs with access to it (`grader.service.executors`), and no message the store raises names
+a path of it (its errors reach run tokens' holders through the API).
 
 Used by the service (`grader.service.http`, the workers, ``python -m grader run …``) and by the
 agent's local ``python -m grader submit`` (run ``local``). Several processes on one host may share
@@ -17,8 +21,10 @@ worker's report is refused: `finish` checks the worker and attempt that claimed 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import math
 import os
 import secrets
 import sqlite3
@@ -31,9 +37,11 @@ from pathlib import Path
 from grader.files import write_whole
 from grader.service.records import Device, Grade, GradeState, Job, Limits, Run, Submission
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DB_NAME = "grader.sqlite"
 LOCAL_RUN = "local"  # the agent's own run when it submits without a service
+# The agent's own machine grades its local run: nothing to share, so nothing to cap.
+_LOCAL_LIMITS = Limits(max_per_hour=1 << 30, max_queued=1 << 30)
 
 _SCHEMA = """
 CREATE TABLE runs (
@@ -42,7 +50,9 @@ CREATE TABLE runs (
     created_at        TEXT    NOT NULL,
     token_sha256      TEXT    NOT NULL UNIQUE,
     max_per_hour      INTEGER NOT NULL,
-    max_upload_bytes  INTEGER NOT NULL
+    max_upload_bytes  INTEGER NOT NULL,
+    max_queued        INTEGER NOT NULL DEFAULT 8,
+    last_claim_ts     REAL    NOT NULL DEFAULT 0
 );
 CREATE TABLE submissions (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -140,7 +150,7 @@ def _migrate_v1(db: sqlite3.Connection, store: Store) -> None:
     _create(db)
     rows = db.execute("SELECT * FROM submissions_v1 ORDER BY id").fetchall()
     if rows:
-        store._insert_run(db, LOCAL_RUN, LOCAL_RUN, Limits(max_per_hour=1 << 30))
+        store._insert_run(db, LOCAL_RUN, LOCAL_RUN, _LOCAL_LIMITS)
     for r in rows:
         archive = bytes(r["archive"])
         store._put_blob(archive)
@@ -167,9 +177,38 @@ def _migrate_v1(db: sqlite3.Connection, store: Store) -> None:
     db.execute("DROP TABLE submissions_v1")
 
 
+def _migrate_v2(db: sqlite3.Connection, store: Store) -> None:
+    """v2 → v3: a run's cap on grades not yet done, and when a worker last took one of its grades
+    (the queue takes runs in turn). A v1 store's step made the current tables already."""
+    columns = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+    if "max_queued" not in columns:
+        db.execute(f"ALTER TABLE runs ADD COLUMN max_queued INTEGER NOT NULL DEFAULT "
+                   f"{Limits.max_queued}")
+    if "last_claim_ts" not in columns:
+        db.execute("ALTER TABLE runs ADD COLUMN last_claim_ts REAL NOT NULL DEFAULT 0")
+    db.execute("UPDATE runs SET max_queued = ? WHERE id = ?", (_LOCAL_LIMITS.max_queued, LOCAL_RUN))
+
+
 # version → the step that brings a store of that version to the next one. A new store is made at
 # SCHEMA_VERSION at once.
-_MIGRATIONS = {1: _migrate_v1}
+_MIGRATIONS = {1: _migrate_v1, 2: _migrate_v2}
+
+_DIR_MODE, _FILE_MODE = 0o700, 0o600
+
+
+def _private(root: Path) -> None:
+    """Make ``root`` and everything in it its owner's alone (a store made by an older grader, or
+    a file some tool wrote with the default umask). Links are left alone, never followed. A file
+    that goes meanwhile (a blob's temporary file renamed by another writer) is skipped."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(dirpath, _DIR_MODE)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with contextlib.suppress(FileNotFoundError):
+                if not os.path.islink(path):
+                    os.chmod(path, _FILE_MODE)
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
 
 
 # ----------------------------------------------------------------------------- the store
@@ -181,12 +220,23 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         path = Path(path).expanduser()
-        if path.is_file():
+        if path.is_file():  # an older single-file store: its folder is not the store's own
             self.root, self.db_path = path.parent, path
             self.blobs = path.parent / f"{path.name}.blobs"
+            if self.blobs.is_dir():
+                _private(self.blobs)
+            os.chmod(self.db_path, _FILE_MODE)
         else:
-            path.mkdir(parents=True, exist_ok=True)
+            path.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
             self.root, self.db_path, self.blobs = path, path / DB_NAME, path / "blobs"
+            # A store this grader made is private already: walk it (every blob) only when its
+            # folder says it is an older one.
+            if path.stat().st_mode & 0o077:
+                _private(self.root)
+            # Made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the
+            # database file's mode.
+            os.close(os.open(self.db_path, os.O_RDWR | os.O_CREAT, _FILE_MODE))
+            os.chmod(self.db_path, _FILE_MODE)
         try:
             self._db = sqlite3.connect(self.db_path, timeout=60.0, isolation_level=None,
                                        check_same_thread=False)  # fmt: skip
@@ -199,7 +249,7 @@ class Store:
             with self._write() as db:
                 self._upgrade(db)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open the store {self.db_path}: {exc}") from exc
+            raise StoreError(f"cannot open the store's database: {exc}") from exc
 
     def _upgrade(self, db: sqlite3.Connection) -> None:
         version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -207,13 +257,13 @@ class Store:
         if version == 0 and not tables:
             _create(db)
         elif version > SCHEMA_VERSION:
-            raise StoreError(f"{self.db_path}: schema version {version} is newer than this "
+            raise StoreError(f"the store's schema version {version} is newer than this "
                              f"grader's {SCHEMA_VERSION}; upgrade the grader")
         else:
             while version < SCHEMA_VERSION:
                 step = _MIGRATIONS.get(version)
                 if step is None:
-                    raise StoreError(f"{self.db_path}: schema version {version} has no migration "
+                    raise StoreError(f"the store's schema version {version} has no migration "
                                      f"to {SCHEMA_VERSION} (tables {sorted(tables)})")
                 step(db, self)
                 version += 1
@@ -253,9 +303,31 @@ class Store:
         path = self._blob_path(digest)
         if path.is_file():
             return digest
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_whole(path, data, sync=True)
+        self.blobs.mkdir(exist_ok=True, mode=_DIR_MODE)
+        path.parent.mkdir(exist_ok=True, mode=_DIR_MODE)
+        write_whole(path, data, sync=True)  # mkstemp's 0600
         return digest
+
+    def collect_orphans(self) -> int:
+        """Delete the blobs no row names (an upload refused or rolled back after its blob was
+        written, a writer that died mid-write); how many. Every blob is written inside a write
+        transaction (`_put_blob`'s callers), so under one no blob is between its write and its
+        row."""
+        if not self.blobs.is_dir():
+            return 0
+        removed = 0
+        with self._write() as db:
+            named = {r[0] for r in db.execute(
+                "SELECT archive_sha256 FROM submissions UNION "
+                "SELECT report_sha256 FROM grades WHERE report_sha256 IS NOT NULL")}
+            for path in self.blobs.glob("*/*"):
+                if path.name not in named and path.is_file():
+                    path.unlink()
+                    removed += 1
+            for folder in self.blobs.iterdir():
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+        return removed
 
     def blob(self, digest: str) -> bytes:
         """The bytes stored under ``digest``, checked against it."""
@@ -263,9 +335,9 @@ class Store:
         try:
             data = path.read_bytes()
         except FileNotFoundError as exc:
-            raise StoreError(f"blob {digest} is missing from {self.blobs}") from exc
+            raise StoreError(f"blob {digest} is missing from the store") from exc
         if sha256(data) != digest:
-            raise StoreError(f"blob {path} has sha256 {sha256(data)}, not its name {digest}")
+            raise StoreError(f"blob {digest} has sha256 {sha256(data)}, not its name's")
         return data
 
     # ------------------------------------------------------------------ runs and tokens
@@ -291,9 +363,9 @@ class Store:
         token = secrets.token_urlsafe(32)
         db.execute(
             "INSERT INTO runs (id, name, created_at, token_sha256, max_per_hour, "
-            "max_upload_bytes) VALUES (?, ?, ?, ?, ?, ?)",
+            "max_upload_bytes, max_queued) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (run_id, name, now_utc(), _token_hash(token), limits.max_per_hour,
-             limits.max_upload_bytes),
+             limits.max_upload_bytes, limits.max_queued),
         )  # fmt: skip
         return token
 
@@ -302,6 +374,9 @@ class Store:
         limits = limits or Limits()
         if not name.strip():
             raise StoreError("a run needs a name")
+        for field, value in vars(limits).items():
+            if not isinstance(value, int) or value < 1:
+                raise StoreError(f"a run's {field} must be a positive integer, got {value!r}")
         run_id = f"run-{secrets.token_hex(4)}"
         with self._write() as db:
             token = self._insert_run(db, run_id, name.strip(), limits)
@@ -311,16 +386,17 @@ class Store:
         """Run ``local``: the agent's submissions when no service is configured."""
         with self._write() as db:
             if db.execute("SELECT 1 FROM runs WHERE id = ?", (LOCAL_RUN,)).fetchone() is None:
-                self._insert_run(db, LOCAL_RUN, LOCAL_RUN, Limits(max_per_hour=1 << 30))
+                self._insert_run(db, LOCAL_RUN, LOCAL_RUN, _LOCAL_LIMITS)
         return self.run(LOCAL_RUN)
 
     def run(self, run_id: str) -> Run:
         row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             known = [r[0] for r in self._db.execute("SELECT id FROM runs ORDER BY created_at")]
-            raise Unknown(f"no run {run_id!r} in {self.root} (runs: {known or 'none'})")
+            raise Unknown(f"no run {run_id!r} in the store (runs: {known or 'none'})")
         return Run(row["id"], row["name"], row["created_at"],
-                   Limits(row["max_per_hour"], row["max_upload_bytes"]))  # fmt: skip
+                   Limits(row["max_per_hour"], row["max_upload_bytes"],
+                          row["max_queued"]))  # fmt: skip
 
     def run_of_token(self, token: str) -> Run | None:
         row = self._db.execute("SELECT id FROM runs WHERE token_sha256 = ?",
@@ -337,14 +413,16 @@ class Store:
         Returns the submission and whether it is new. The same tree already in the run is
         returned as it is, not stored or graded again, unless ``force`` (the operator's call).
 
+        Every check (size, duplicate, rate, grades waiting) comes before the archive is written,
+        in the one write transaction that then writes it: a refused upload writes nothing.
+
         Raises:
-            LimitExceeded: The run's hourly rate or upload size.
+            LimitExceeded: The run's upload size (413), hourly rate or grades waiting (429).
         """
         run = self.run(run_id)
         if len(archive) > run.limits.max_upload_bytes:
             raise LimitExceeded(f"the archive is {len(archive)} bytes; run {run_id} takes at most "
                                 f"{run.limits.max_upload_bytes}", 413)  # fmt: skip
-        digest = self._put_blob(archive)  # before the transaction: an orphan blob is harmless
         with self._write() as db:
             if not force:
                 row = db.execute(f"SELECT {_SUBMISSION} FROM submissions WHERE run_id = ? AND "
@@ -357,6 +435,14 @@ class Store:
             if recent >= run.limits.max_per_hour:
                 raise LimitExceeded(f"run {run_id} has had {recent} submissions in the last hour; "
                                     f"its limit is {run.limits.max_per_hour}", 429)
+            waiting = db.execute("SELECT COUNT(*) FROM grades g JOIN submissions s ON s.id = "
+                                 "g.submission_id WHERE s.run_id = ? AND g.state != 'done'",
+                                 (run_id,)).fetchone()[0]  # fmt: skip
+            if waiting >= run.limits.max_queued:
+                raise LimitExceeded(f"run {run_id} has {waiting} grades queued or running; its "
+                                    f"limit is {run.limits.max_queued}: submit again when one "
+                                    "is done", 429)  # fmt: skip
+            digest = self._put_blob(archive)
             cursor = db.execute(
                 "INSERT INTO submissions (run_id, commit_id, tree_id, note, origin, files, "
                 "archive_sha256, archive_bytes, submitted_at, submitted_ts) "
@@ -376,7 +462,7 @@ class Store:
         if row is None:
             last = self._db.execute("SELECT MAX(id) FROM submissions").fetchone()[0]
             known = "the store has none" if last is None else f"ids go from 1 to {last}"
-            raise Unknown(f"no submission {submission_id} in {self.root} ({known})")
+            raise Unknown(f"no submission {submission_id} in the store ({known})")
         return Submission._of(row)
 
     def submissions(self, run_id: str) -> list[Submission]:
@@ -392,7 +478,7 @@ class Store:
     def grade(self, grade_id: int) -> Grade:
         row = self._db.execute("SELECT * FROM grades WHERE id = ?", (grade_id,)).fetchone()
         if row is None:
-            raise Unknown(f"no grade {grade_id} in {self.root}")
+            raise Unknown(f"no grade {grade_id} in the store")
         return Grade._of(row)
 
     def grades(self, submission_id: int) -> list[Grade]:
@@ -461,25 +547,37 @@ class Store:
     # ------------------------------------------------------------------ the queue
 
     def claim(self, worker: str, device: Device, lease_s: float) -> Job | None:
-        """Take the oldest grade this worker may run (finals first), or None.
+        """Take the next grade this worker may run, or None: finals first, then runs in turn
+        (the run with the fewest grades running, then the one whose grade a worker took
+        longest ago), and each run's grades in the order they came.
 
-        A final needs a GPU of the kind its submission was graded on and, unless allowed, a UUID
-        none of its grades ran on. Expired leases are settled first (`expire_leases`).
+        Runs in turn: one run's burst of submissions delays another run's next grade by at most
+        one grade per worker, never by the burst. A final needs a GPU of the kind its submission
+        was graded on and, unless allowed, a UUID none of its grades ran on. Expired leases are
+        settled first (`expire_leases`).
         """
         self.expire_leases()
         with self._write() as db:
             row = db.execute(
-                "SELECT g.id FROM grades g WHERE g.state = 'queued' AND (g.purpose = 'grade' OR "
-                "(g.gpu_kind IS ? AND (g.allow_same_gpu OR NOT EXISTS (SELECT 1 FROM grades o "
-                "WHERE o.submission_id = g.submission_id AND o.id != g.id "
-                "AND o.gpu_uuid = ?)))) ORDER BY g.purpose = 'final' DESC, g.id LIMIT 1",
+                "SELECT g.id, s.run_id FROM grades g JOIN submissions s ON s.id = g.submission_id "
+                "JOIN runs r ON r.id = s.run_id WHERE g.state = 'queued' AND "
+                "(g.purpose = 'grade' OR (g.gpu_kind IS ? AND (g.allow_same_gpu OR NOT EXISTS "
+                "(SELECT 1 FROM grades o WHERE o.submission_id = g.submission_id AND o.id != g.id "
+                "AND o.gpu_uuid = ?)))) ORDER BY g.purpose = 'final' DESC, "
+                "(SELECT COUNT(*) FROM grades x JOIN submissions y ON y.id = x.submission_id "
+                "WHERE y.run_id = s.run_id AND x.state = 'running'), r.last_claim_ts, g.id "
+                "LIMIT 1",
                 (device.name, device.uuid),
             ).fetchone()  # fmt: skip
             if row is None:
                 return None
+            now = time.time()
             db.execute("UPDATE grades SET state = 'running', worker = ?, attempts = attempts + 1, "
                        "lease_until = ?, started_at = ? WHERE id = ?",
-                       (worker, time.time() + lease_s, now_utc(), row["id"]))  # fmt: skip
+                       (worker, now + lease_s, now_utc(), row["id"]))  # fmt: skip
+            # Strictly increasing even when two claims share a clock tick.
+            db.execute("UPDATE runs SET last_claim_ts = MAX(?, (SELECT MAX(last_claim_ts) "
+                       "FROM runs) + 1e-6) WHERE id = ?", (now, row["run_id"]))
         grade = self.grade(row["id"])
         return Job(grade, self.submission(grade.submission), worker, grade.attempts, device)
 
@@ -498,19 +596,32 @@ class Store:
 
         Raises:
             StoreError: The job is no longer this worker's attempt (the report is not stored).
+            ValueError: The report is not a report (the executor checks it strictly first:
+                `grader.service.verdict`; this is the store's own floor).
         """
         report = json.loads(report_json)
-        timing = report.get("timing") or {}
+        if not isinstance(report, dict) or not isinstance(report.get("status"), str):
+            raise ValueError(f"a report is a JSON object with a status, not "
+                             f"{type(report).__name__} {str(report)[:80]!r}")  # fmt: skip
+        timing = report.get("timing") if isinstance(report.get("timing"), dict) else {}
         ci = timing.get("score_ci") or (None, None)
-        digest = self._put_blob(report_json.encode())
+        score = report.get("score")
+        if score is not None and (not isinstance(score, int | float) or not math.isfinite(score)):
+            raise ValueError(f"a report's score is a finite number or null, not {score!r}")
+        if not (isinstance(ci, list | tuple) and len(ci) == 2):
+            raise ValueError(f"a report's score_ci is two numbers or null, not {ci!r}")
+        reasons = report.get("reasons") or ()
+        if not isinstance(reasons, list | tuple) or not all(isinstance(r, str) for r in reasons):
+            raise ValueError(f"a report's reasons are strings, not {str(reasons)[:80]!r}")
         with self._write() as db:
+            digest = self._put_blob(report_json.encode())
             cursor = db.execute(
                 "UPDATE grades SET state = 'done', finished_at = ?, lease_until = NULL, "
                 "status = ?, score = ?, score_low = ?, score_high = ?, reason = ?, "
                 "report_sha256 = ?, gpu_name = ?, gpu_uuid = ?, profile = ?, grader_version = ? "
                 "WHERE id = ? AND state = 'running' AND worker = ? AND attempts = ?",
-                (now_utc(), report.get("status"), report.get("score"), ci[0], ci[1],
-                 "; ".join(report.get("reasons") or ()) or None, digest, job.device.name,
+                (now_utc(), report["status"], score, ci[0], ci[1],
+                 "; ".join(reasons) or None, digest, job.device.name,
                  job.device.uuid, timing.get("profile"), report.get("grader_version"),
                  job.grade.id, job.worker, job.attempt),
             )  # fmt: skip

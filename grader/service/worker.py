@@ -18,6 +18,7 @@ from typing import TextIO
 
 from grader.service.executors import Executor, ExecutorError, GradeRequest
 from grader.service.store import Device, Grade, Job, Store, StoreError
+from grader.service.text import printable
 
 
 def gpu_device(index: int) -> Device:
@@ -66,13 +67,17 @@ class Worker:
         self.log = log
 
     def say(self, text: str) -> None:
-        print(f"[worker {self.name}] {text}", file=self.log, flush=True)
+        # Reasons and log tails in it may be a submission's writing.
+        print(printable(f"[worker {self.name}] {text}"), file=self.log, flush=True)
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> int:
         """Grade until ``stop()`` (or, with ``once``, until nothing is left); how many."""
         stale = self.store.release_stale(self.name)
         if stale:
             self.say(f"settled {stale} grade(s) this worker held when it last stopped")
+        orphans = self.store.collect_orphans()
+        if orphans:
+            self.say(f"removed {orphans} blob(s) no row names")
         graded = 0
         while not stop():
             job = self.store.claim(self.name, self.device, self.options.lease_s)
@@ -81,9 +86,25 @@ class Worker:
                     break
                 time.sleep(self.options.poll_s)
                 continue
-            self.grade(job)
+            try:
+                self.grade(job)
+            except Exception as exc:  # noqa: BLE001 - the store itself failed: try once more
+                self.say(f"could not settle grade {job.grade.id}: {self._neutral(exc)}")
+                try:
+                    self.store.fail(job, f"the worker could not settle it: {self._neutral(exc)}")
+                except Exception as again:  # noqa: BLE001 - its lease runs out: another takes it
+                    self.say(f"grade {job.grade.id} is left to its lease: {self._neutral(again)}")
             graded += 1
         return graded
+
+    def _neutral(self, exc: BaseException | str) -> str:
+        """An error's text for a grade's record, which the run's token may read: the store's
+        path is not in it."""
+        text = str(exc) or type(exc).__name__
+        for path in sorted({str(self.store.root), str(self.store.root.resolve())}, key=len,
+                           reverse=True):  # fmt: skip
+            text = text.replace(path, "<store>")
+        return text
 
     def grade(self, job: Job) -> Grade:
         label = (f"submission {job.submission.id} ({job.grade.purpose} {job.grade.id}, attempt "
@@ -106,16 +127,21 @@ class Worker:
                 label=label,
             )  # fmt: skip
             report = self.executor.run(request, alive)
-        except (ExecutorError, StoreError, OSError) as exc:
-            self.say(f"{label} failed: {exc}")
-            return self.store.fail(job, str(exc))
+        except Exception as exc:  # noqa: BLE001 - every failure is this attempt's, not the worker's
+            # The output's tail is for the operator's log; the record (a run's token reads it)
+            # keeps the executor's own words.
+            self.say(f"{label} failed: {self._neutral(exc)}")
+            summary = exc.summary if isinstance(exc, ExecutorError) else exc
+            return self.store.fail(job, self._neutral(summary))
         try:
             done = self.store.finish(job, report)
         except StoreError as exc:  # the lease was lost meanwhile: another attempt owns it
-            self.say(str(exc))
+            self.say(self._neutral(exc))
             return self.store.grade(job.grade.id)
-        except ValueError as exc:  # not JSON: the executor's fault
-            return self.store.fail(job, f"the report is not JSON: {exc}")
+        except Exception as exc:  # noqa: BLE001 - not a report: the executor's fault
+            reason = f"the report was refused: {self._neutral(exc)}"
+            self.say(f"{label} failed: {reason}")
+            return self.store.fail(job, reason)
         self.say(f"{label}: {done.status} score {done.score}")
         return done
 
