@@ -455,7 +455,7 @@ def test_the_exact_create_request_for_a_gpu_grade(tmp_path: Path, sample_report:
         "Init": True,
         "IpcMode": "none",
         "Ulimits": [{"Name": "fsize", "Soft": 4 << 30, "Hard": 4 << 30},
-                    {"Name": "nofile", "Soft": 65536, "Hard": 65536}],
+                    {"Name": "nofile", "Soft": 4096, "Hard": 4096}],
         "Memory": 48 << 30,
         "MemorySwap": 48 << 30,
         "PidsLimit": 2048,

@@ -69,7 +69,9 @@ class ContainerLimits:
         shm_size: ``/dev/shm``'s size.
         user: ``uid:gid`` the grade runs as (the image's ``grader`` user).
         file_bytes: The most bytes one file may hold (``RLIMIT_FSIZE``; a write past it fails).
-        open_files: The most files one process may hold open (``RLIMIT_NOFILE``).
+        open_files: The most files one process may hold open (``RLIMIT_NOFILE``; at most the
+            engine's own hard limit, which runc cannot raise: 4096 is far above what a grade
+            holds and under the hosts' defaults, where 65536 failed every start on ours).
     """
 
     memory: str = "64g"
@@ -79,7 +81,7 @@ class ContainerLimits:
     shm_size: str = "1g"
     user: str = "10001:10001"
     file_bytes: int = 4 << 30
-    open_files: int = 65536
+    open_files: int = 4096
 
 
 class DockerExecutor:
