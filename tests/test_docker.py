@@ -156,28 +156,41 @@ from naive_triton import DilatedResidualBlock  # noqa: E402,F401
 '''
 
 
-def test_out_overfilled_is_bounded_by_the_file_size_limit(engine: Any, tmp_path: Path) -> None:
-    """/out is a folder of this host's: one file in it holds at most ``file_bytes`` (the
-    ``fsize`` limit of every process in the container), and the grade still ends with the
-    grader's own report."""
+def test_out_overfilled_is_bounded_by_its_volume(engine: Any, tmp_path: Path) -> None:
+    """/out is a tmpfs volume of ``out_size`` (one file is also bounded by ``fsize``): what a
+    process of the grade's container writes there stops at the volume's size, however many files
+    it makes; and a grade whose submission tries still ends with the grader's own report."""
+    code, logs = run_probe(engine, tmp_path / "probe", FILLS_OUT, timeout=120,
+                           limits=ContainerLimits(out_size="8m"))
+    written = int(logs.split("wrote ")[1].split()[0])
+    assert code == 0 and written <= 8 << 20, logs
+    assert "No space left" in logs, logs
+
     ws = make_workspace(tmp_path / "ws", {"naive_triton.py": NAIVE.read_text(),
                                           "solution.py": OVERFILLS_OUT})  # fmt: skip
-    sizes: dict[str, int] = {}
-
-    class Measuring(DockerExecutor):
-        def _run_container(self, kwargs: dict[str, Any], alive: Any) -> Any:
-            ended = super()._run_container(kwargs, alive)
-            out = next(Path(h) for h, b in kwargs["volumes"].items() if b["bind"] == "/out")
-            sizes.update({p.name: p.stat().st_size for p in out.iterdir()})
-            return ended
-
-    ex = Measuring(IMAGE, worker=WORKER, client=engine, poll_s=1.0,
-                   config=ci_config(tmp_path / "scoring.yaml", ("c3-l2",)),
-                   limits=ContainerLimits(file_bytes=8 << 20))  # fmt: skip
+    ex = executor(engine, ci_config(tmp_path / "scoring.yaml", ("c3-l2",)),
+                  limits=ContainerLimits(out_size="8m", file_bytes=4 << 20))
     report = GradeReport.from_json(ex.run(request_for(ws), lambda: True))
     assert report.status is not Status.SCORED
-    assert sizes.get("fill", 0) <= 8 << 20, sizes
-    assert not left(engine)
+    assert report.tree == git(ws, "rev-parse", "HEAD^{tree}")
+    assert not left(engine) and not engine.volumes.list(
+        filters={"label": [f"{WORKER_LABEL}={WORKER}"]})
+
+
+FILLS_OUT = """
+import os
+written = 0
+try:
+    for i in range(64):
+        with open(f"/out/fill-{i}", "wb") as f:
+            for _ in range(4):
+                f.write(bytes(1 << 20))
+                f.flush()
+                written += 1 << 20
+except OSError as exc:
+    print(f"stopped: {exc}")
+print(f"wrote {written} bytes")
+"""
 
 
 def test_a_gpu_without_a_uuid_is_refused_by_a_real_engine_too(engine: Any, tmp_path: Path) -> None:
@@ -265,13 +278,16 @@ print("launcher built and loaded:", mod.__file__)
 """
 
 
-def run_probe(engine: Any, tmp_path: Path, code: str, *, timeout: float) -> tuple[int, str]:
+def run_probe(engine: Any, tmp_path: Path, code: str, *, timeout: float,
+              limits: ContainerLimits | None = None) -> tuple[int, str]:  # fmt: skip
     """``python -c code`` in a grade's container exactly as the executor creates it (its mounts,
-    limits and user), in place of the grade: its exit status and logs; the container removed."""
-    (tmp_path / "out").mkdir()
+    its own ``/out`` volume, limits and user), in place of the grade: its exit status and logs;
+    the container and the volume removed."""
     ws = make_workspace(tmp_path / "ws", {"solution.py": ""})
-    kwargs = executor(engine, None).create_kwargs(request_for(ws), tmp_path / "ws",
-                                                  tmp_path / "out", None)  # fmt: skip
+    ex = executor(engine, None, limits=limits or ContainerLimits())
+    request = request_for(ws)
+    volume = engine.volumes.create(**ex.out_volume_kwargs(request))
+    kwargs = ex.create_kwargs(request, tmp_path / "ws", volume.name, None)
     kwargs.update(entrypoint=["python", "-c", code], command=None)
     container = engine.containers.create(**kwargs)
     try:
@@ -280,19 +296,22 @@ def run_probe(engine: Any, tmp_path: Path, code: str, *, timeout: float) -> tupl
         return status["StatusCode"], container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)
+        volume.remove(force=True)
 
 
-MOUNT_PROBE = "print([l.split()[3] for l in open('/proc/self/mountinfo') if l.split()[4] == '/out'])"
+MOUNT_PROBE = ("print([(l.split()[3], l.split(' - ')[1].split()[0]) for l in "
+               "open('/proc/self/mountinfo') if l.split()[4] == '/out'])")
 
 
 def test_a_report_redirected_through_a_link_is_not_believed(engine: Any, tmp_path: Path) -> None:
     """tests/corpus/redirects_container_report: the submission (the grader's own uid in the
-    container) points /out/report.json at the host path of /out, which mountinfo shows, and
-    leaves a forged report there. The grader replaces the link with its own report, and the
-    executor never follows a link it finds in /out."""
-    # The premise: inside the container, /out's mountinfo root is its host path.
-    _, logs = run_probe(engine, tmp_path, MOUNT_PROBE, timeout=60)
-    assert str(tmp_path / "out") in logs, logs
+    container) points /out/report.json at the host path of /out, which mountinfo showed while
+    /out was a bind mount, and leaves a forged report there. /out is now a tmpfs volume (no host
+    path to name), the grader replaces a link with its own report, and the executor reads /out
+    through its holder without following links."""
+    # The premise is gone: /out is a tmpfs, its mountinfo root no path of this host's.
+    _, logs = run_probe(engine, tmp_path / "probe", MOUNT_PROBE, timeout=60)
+    assert "'tmpfs')]" in logs and str(tmp_path) not in logs, logs
 
     ws = corpus_workspace("redirects_container_report", tmp_path / "redirects")
     report = GradeReport.from_json(executor(engine, ci_config(tmp_path / "s.yaml", ("c3-l2",)))
@@ -346,33 +365,61 @@ def test_reap_removes_what_a_dead_worker_left(engine: Any) -> None:
 
 class RecordingAPI(docker.APIClient if docker is not None else object):  # type: ignore[misc]
     """The SDK's own client with its HTTP calls answered here: every request body is the SDK's
-    own, recorded as the engine would receive it. ``then`` plays the container's run: it gets
-    the ``/out`` bind's host path and returns the exit status and the state's extra fields."""
+    own, recorded as the engine would receive it. ``then`` plays the grade container's run: it
+    gets a folder standing for the ``/out`` volume and returns the exit status and the state's
+    extra fields; the holder's ``exec`` runs its command here against that folder."""
+
+    HOLDER, GRADE = "h01d3r", "c0ffee"
 
     def __init__(self, then: Any = None, start_error: str | None = None) -> None:
         super().__init__(base_url="unix:///nonexistent/docker.sock", version="1.44")
         self.then = then or (lambda out: (0, {}))
         self.start_error = start_error
         self.created: list[dict[str, Any]] = []
+        self.volumes: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self.state: dict[str, Any] = {"Status": "created", "ExitCode": 0, "OOMKilled": False}
+        self.out = Path(tempfile.mkdtemp(prefix="fake-out-"))
+        self._exec: list[str] = []
+
+    def create_volume(self, name: Any = None, driver: Any = None, driver_opts: Any = None,
+                      labels: Any = None) -> dict[str, Any]:  # fmt: skip
+        self.volumes.append({"Name": name, "Driver": driver, "DriverOpts": driver_opts,
+                             "Labels": labels})
+        self.calls.append("create volume")
+        return {"Name": name, "Driver": driver, "Labels": labels}
+
+    def remove_volume(self, name: str, force: bool = False) -> None:
+        self.calls.append("remove volume")
+
+    def _is_holder(self, container: str) -> bool:
+        return container == self.HOLDER
 
     def create_container_from_config(self, config: dict[str, Any], name: Any = None,
                                      platform: Any = None) -> dict[str, str]:  # fmt: skip
-        self.created.append(json.loads(json.dumps(config)))  # what goes on the wire
+        sent = json.loads(json.dumps(config))  # what goes on the wire
+        if sent.get("Entrypoint") == ["sleep", "infinity"]:
+            self.holder = sent
+            self.calls.append("create holder")
+            return {"Id": self.HOLDER}
+        self.created.append(sent)
         self.calls.append("create")
-        return {"Id": "c0ffee"}
+        return {"Id": self.GRADE}
 
     def inspect_container(self, container: str) -> dict[str, Any]:
-        return {"Id": "c0ffee", "Name": "/fake", "State": dict(self.state)}
+        state = {"Status": "running"} if self._is_holder(container) else dict(self.state)
+        return {"Id": container, "Name": "/fake", "State": state}
 
     def start(self, container: str, *args: Any, **kwargs: Any) -> None:
+        if self._is_holder(container):
+            self.calls.append("start holder")
+            return
         self.calls.append("start")
         if self.start_error:
             raise APIError(self.start_error)
         binds = self.created[-1]["HostConfig"]["Binds"]
-        out = next(Path(b.split(":")[0]) for b in binds if b.split(":")[1] == "/out")
-        code, extra = self.then(out)
+        assert any(b.split(":")[1] == "/out" and not b.startswith("/") for b in binds), binds
+        code, extra = self.then(self.out)
         self.state.update(Status="exited", ExitCode=code, **extra)
 
     def wait(self, container: str, timeout: Any = None, condition: Any = None) -> dict[str, int]:
@@ -385,9 +432,24 @@ class RecordingAPI(docker.APIClient if docker is not None else object):  # type:
     def kill(self, container: str, signal: Any = None) -> None:
         self.calls.append("kill")
 
+    def exec_create(self, container: str, cmd: Any, **kwargs: Any) -> dict[str, str]:
+        assert self._is_holder(container) and cmd[:2] == ["python", "-c"], (container, cmd)
+        self.calls.append("exec")
+        self._exec.append(cmd[2].replace('"/out/"', repr(f"{self.out}/")))
+        return {"Id": f"e{len(self._exec)}"}
+
+    def exec_start(self, exec_id: str, *args: Any, **kwargs: Any) -> bytes:
+        done = subprocess.run([sys.executable, "-c", self._exec[-1]], capture_output=True)
+        self._rc = done.returncode
+        return done.stdout
+
+    def exec_inspect(self, exec_id: str) -> dict[str, Any]:
+        return {"ExitCode": self._rc}
+
     def remove_container(self, container: str, v: bool = False, link: bool = False,
                          force: bool = False) -> None:  # fmt: skip
-        self.calls.append(f"remove force={force}")
+        self.calls.append("remove holder" if self._is_holder(container)
+                          else f"remove force={force}")
 
 
 def fake_client(api: RecordingAPI) -> Any:
@@ -438,12 +500,25 @@ def test_the_exact_create_request_for_a_gpu_grade(tmp_path: Path, sample_report:
     report = GradeReport.from_json(ex.run(request, lambda: True))
 
     assert report.commit == request.commit and report.workspace == request.label
-    assert api.calls == ["create", "start", "wait", "remove force=True"]
+    # The grade's container goes first; what it left in /out is read through the holder after.
+    assert api.calls == ["create volume", "create holder", "start holder", "create", "start",
+                         "wait", "remove force=True", "exec", "remove holder", "remove volume"]
+    (volume,) = api.volumes
+    assert volume["Driver"] == "local" and volume["DriverOpts"] == {
+        "type": "tmpfs", "device": "tmpfs", "o": "size=64m,uid=10001,gid=10001,mode=0700"}
+    assert volume["Labels"] == {LABEL: "1", WORKER_LABEL: "host:GPU-5d2e",
+                                f"{LABEL}.grade": request.label}  # fmt: skip
+    holder = api.holder
+    assert holder["HostConfig"]["Binds"] == [f"{volume['Name']}:/out:ro"]
+    assert holder["HostConfig"]["NetworkMode"] == "none" and holder["User"] == "10001:10001"
     (sent,) = api.created
     host = sent.pop("HostConfig")
     binds = host.pop("Binds")
     assert sorted(b.split(":", 1)[1] for b in binds) == ["/config:ro", "/out:rw", "/workspace:ro"]
-    assert all(b.split(":")[0].startswith(tempfile.gettempdir()) for b in binds)
+    # The workspace and the config are folders of this host's; /out is the grade's own volume.
+    assert f"{volume['Name']}:/out:rw" in binds
+    assert all(b.split(":")[0].startswith(tempfile.gettempdir()) for b in binds
+               if not b.endswith("/out:rw"))
     assert host == {
         "DeviceRequests": [{"Driver": "", "Count": 0, "DeviceIDs": [GPU.uuid],
                             "Capabilities": [["gpu"]], "Options": {}}],
@@ -508,7 +583,7 @@ def test_a_report_that_disagrees_with_the_exit_status_is_refused(tmp_path: Path,
     api = RecordingAPI(then=_writes(sample_report, request, Status.CHECKED_UNTIMED, code=137))
     with pytest.raises(ExecutorError, match="exited with status 137 but its report says"):
         DockerExecutor("img", worker="w", client=fake_client(api)).run(request, lambda: True)
-    assert api.calls[-1] == "remove force=True"
+    assert api.calls[-4:] == ["remove force=True", "exec", "remove holder", "remove volume"]
 
 
 def test_no_report_and_no_oom_is_an_executor_error_with_the_log(tmp_path: Path) -> None:
@@ -559,7 +634,8 @@ def test_a_start_failure_is_an_executor_error_and_the_container_is_removed(tmp_p
     with pytest.raises(ExecutorError, match="did not start.*could not select device driver"):
         DockerExecutor("img", worker="w", client=fake_client(api)).run(request_for(ws, GPU),
                                                                        lambda: True)  # fmt: skip
-    assert api.calls == ["create", "start", "remove force=True"]
+    assert api.calls == ["create volume", "create holder", "start holder", "create", "start",
+                         "remove force=True", "remove holder", "remove volume"]
 
 
 # ------------------------------------------------------------ the entrypoint, outside a container

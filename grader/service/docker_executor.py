@@ -4,9 +4,10 @@ A worker's `Executor` (`grader.service.executors`) that runs the image's entrypo
 (`grader.service.entrypoint`) on the Docker SDK, step by step: create, start, wait with a deadline
 (polling ``alive``), logs, remove, always. What the container gets:
 
-- the repository rebuilt from the stored archive, read-only at ``/workspace``; a directory the
-  container's user may write at ``/out`` (the report); the operator's ``scoring.yaml``, if any,
-  read-only at ``/config/scoring.yaml``;
+- the repository rebuilt from the stored archive, read-only at ``/workspace``; at ``/out`` (the
+  report) a tmpfs volume of ``out_size`` of its own, which the container's user may write, so
+  what it writes there is bounded however many files it makes; the operator's
+  ``scoring.yaml``, if any, read-only at ``/config/scoring.yaml``;
 - one GPU, by UUID (``DeviceRequest``; index 0 inside the container), or none for the CPU worker;
   a GPU whose UUID was not read is refused (a host index names another GPU under another
   enumeration order, and the final's other-GPU rule compares UUIDs);
@@ -14,9 +15,13 @@ A worker's `Executor` (`grader.service.executors`) that runs the image's entrypo
   Triton loads the launcher it compiles there), a non-root user, no capabilities,
   ``no-new-privileges``, an init that reaps, no IPC namespace shared with anything
   (``ipc_mode="none"``; ``/dev/shm`` is the container's own tmpfs), and limits on memory (no
-  swap), tasks, CPUs, one file's size (``fsize``: no single file fills the host's disk through
-  ``/out``) and open files (``nofile``);
+  swap), tasks, CPUs, one file's size (``fsize``) and open files (``nofile``);
 - labels naming it the grader's and the worker's, so `reap` finds what a dead worker left.
+
+A tmpfs volume lives only while a container holds it: a *holder* (the same image, ``sleep
+infinity``, no network, read-only, ``/out`` mounted read-only) is started before the grade and
+removed after it; what the grade left in ``/out`` is read through it (``exec``: regular files
+only, never through a link, each under its limit) into the executor's own temporary folder.
 
 How it ended decides what comes back: the grader's report when the container exited with the
 status that report gives (a report beside any other status may be the submission's own writing:
@@ -25,8 +30,8 @@ ended something in the container for its memory limit; a ``timed_out`` report wh
 the executor's deadline and was killed. Those two are the submission's outcome, so the grade is
 done, not retried. Anything else raises `ExecutorError` with the log's tail.
 
-The worker must run on the engine's host: ``/workspace`` and ``/out`` are bind mounts of its
-temporary directories. The Docker SDK is imported only when a client is made (the ``docker``
+The worker must run on the engine's host: ``/workspace`` (and the config) are bind mounts of
+its temporary directories. The Docker SDK is imported only when a client is made (the ``docker``
 extra of pyproject.toml).
 """
 
@@ -41,6 +46,7 @@ import shutil
 import stat
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,6 +78,8 @@ class ContainerLimits:
         open_files: The most files one process may hold open (``RLIMIT_NOFILE``; at most the
             engine's own hard limit, which runc cannot raise: 4096 is far above what a grade
             holds and under the hosts' defaults, where 65536 failed every start on ours).
+        out_size: ``/out``'s size: a tmpfs volume of its own, so what the container writes there
+            is bounded whatever it writes (the report is a few hundred KiB).
     """
 
     memory: str = "64g"
@@ -82,6 +90,7 @@ class ContainerLimits:
     user: str = "10001:10001"
     file_bytes: int = 4 << 30
     open_files: int = 4096
+    out_size: str = "64m"
 
 
 class DockerExecutor:
@@ -117,9 +126,10 @@ class DockerExecutor:
 
     # ------------------------------------------------------------------ the request we send
 
-    def create_kwargs(self, request: GradeRequest, workspace: Path, out: Path,
+    def create_kwargs(self, request: GradeRequest, workspace: Path, out: str,
                       config_dir: Path | None) -> dict[str, Any]:  # fmt: skip
-        """``client.containers.create``'s arguments for one grade (tested exactly, no engine)."""
+        """``client.containers.create``'s arguments for one grade (tested exactly, no engine);
+        ``out`` is the name of the grade's ``/out`` volume (`out_volume_kwargs`)."""
         from docker.types import DeviceRequest, LogConfig, Ulimit
 
         limits = self.limits
@@ -137,7 +147,7 @@ class DockerExecutor:
         if request.final:
             command.append("--final")
         volumes = {str(workspace): {"bind": WORKSPACE, "mode": "ro"},
-                   str(out): {"bind": OUT, "mode": "rw"}}  # fmt: skip
+                   out: {"bind": OUT, "mode": "rw"}}  # fmt: skip
         if config_dir is not None:
             volumes[str(config_dir)] = {"bind": str(Path(CONFIG).parent), "mode": "ro"}
             command += ["--config", CONFIG]
@@ -157,6 +167,30 @@ class DockerExecutor:
             log_config=LogConfig(type="json-file", config={"max-size": "8m", "max-file": "1"}),
         )  # fmt: skip
 
+    def out_volume_kwargs(self, request: GradeRequest) -> dict[str, Any]:
+        """``client.volumes.create``'s arguments for a grade's ``/out``: a tmpfs of
+        ``limits.out_size``, owned by the container's user. A folder of this host's would let the
+        container fill its disk file after file (the ``fsize`` limit bounds one file only)."""
+        uid, gid = (int(x) for x in self.limits.user.split(":"))
+        return dict(name=f"grader-out-{uuid.uuid4().hex}", driver="local",
+                    driver_opts={"type": "tmpfs", "device": "tmpfs",
+                                 "o": f"size={self.limits.out_size},uid={uid},gid={gid},"
+                                      "mode=0700"},
+                    labels={LABEL: "1", WORKER_LABEL: self.worker, GRADE_LABEL: request.label})
+
+    def holder_kwargs(self, request: GradeRequest, out: str) -> dict[str, Any]:
+        """``client.containers.run``'s arguments for the container that keeps ``out`` mounted
+        while the grade's container runs and after it ends (a tmpfs volume lives only while a
+        container holds it), and through which the executor reads what is there."""
+        return dict(
+            image=self.image, entrypoint=["sleep", "infinity"], command=None, detach=True,
+            labels={LABEL: "1", WORKER_LABEL: self.worker, GRADE_LABEL: request.label},
+            volumes={out: {"bind": OUT, "mode": "ro"}}, network_mode="none", read_only=True,
+            user=self.limits.user, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            ipc_mode="none", mem_limit="256m", pids_limit=64,
+            environment={"NVIDIA_VISIBLE_DEVICES": "void"},
+        )  # fmt: skip
+
     # ------------------------------------------------------------------------------ a grade
 
     def run(self, request: GradeRequest, alive: Callable[[], bool]) -> str:
@@ -168,9 +202,8 @@ class DockerExecutor:
         with tempfile.TemporaryDirectory(prefix="grade-docker-",
                                          ignore_cleanup_errors=True) as tmp:  # fmt: skip
             workspace, out, config_dir = self._prepare(request, Path(tmp))
-            kwargs = self.create_kwargs(request, workspace, out, config_dir)
             try:
-                ended = self._run_container(kwargs, alive)
+                ended = self._run_with_out(request, workspace, out, config_dir, alive)
             except (DockerException, requests.exceptions.RequestException) as exc:
                 raise ExecutorError(f"{request.label}: the Docker engine failed: {exc}") from exc
             report = _read_report(out / "report.json")
@@ -223,6 +256,30 @@ class DockerExecutor:
             os.chmod(config_dir, 0o755)
             os.chmod(config_dir / "scoring.yaml", 0o644)
         return workspace, out, config_dir
+
+    def _run_with_out(self, request: GradeRequest, workspace: Path, out: Path,
+                      config_dir: Path | None, alive: Callable[[], bool]) -> _Ended:  # fmt: skip
+        """The grade's container with its ``/out`` volume and the holder; what the volume holds
+        when the grade ends is copied into ``out`` (regular files only); both containers and the
+        volume are removed, always."""
+        from docker.errors import APIError, NotFound
+
+        if request.device.index is not None:  # refused before the engine makes anything
+            gpu_id(request.device.uuid, request.device.index, request.label)
+        volume = self.client.volumes.create(**self.out_volume_kwargs(request))
+        holder = None
+        try:
+            holder = self.client.containers.run(**self.holder_kwargs(request, volume.name))
+            ended = self._run_container(
+                self.create_kwargs(request, workspace, volume.name, config_dir), alive)
+            _copy_out(holder, out)
+            return ended
+        finally:
+            if holder is not None:
+                with contextlib.suppress(APIError, NotFound):
+                    holder.remove(force=True)
+            with contextlib.suppress(APIError, NotFound):
+                volume.remove(force=True)
 
     def _run_container(self, kwargs: dict[str, Any], alive: Callable[[], bool]) -> _Ended:
         from docker.errors import APIError, ImageNotFound
@@ -325,8 +382,9 @@ def gpu_id(uuid: str, index: int | None, label: str = "the grade") -> str:
 
 def reap(client: Any, worker: str | None) -> int:
     """Remove the grade containers ``worker`` left (all the grader's with ``None``), running or
-    not; how many. A worker calls it when it starts: it grades one job at a time, so any
-    container with its name is from a run of it that died."""
+    not, holders included, and then their ``/out`` volumes; how many containers. A worker calls
+    it when it starts: it grades one job at a time, so anything with its name is from a run of
+    it that died."""
     selector = [f"{LABEL}=1"] + ([f"{WORKER_LABEL}={worker}"] if worker is not None else [])
     from docker.errors import APIError, NotFound
 
@@ -338,6 +396,12 @@ def reap(client: Any, worker: str | None) -> int:
             except APIError as exc:
                 raise ExecutorError(f"could not remove container {container.id}: {exc}") from exc
             removed += 1
+    for volume in client.volumes.list(filters={"label": selector}):
+        with contextlib.suppress(NotFound):
+            try:
+                volume.remove(force=True)
+            except APIError as exc:
+                raise ExecutorError(f"could not remove volume {volume.name}: {exc}") from exc
     return removed
 
 
@@ -348,6 +412,42 @@ def _kill(container: Any) -> None:
         container.kill()
     with contextlib.suppress(Exception):
         container.wait(timeout=30)
+
+
+# Run in the holder (the image's Python): /out's report and system facts as JSON on stdout, each
+# only if it is a regular file (a link is the container's making and may name any path) and
+# within its limit, else null.
+_READ_OUT = """
+import json, os, stat, sys
+out = {}
+for name, limit in (("report.json", LIMIT), ("system.json", 4095)):
+    try:
+        fd = os.open("/out/" + name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        out[name] = None
+        continue
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        ok = stat.S_ISREG(st.st_mode) and st.st_size <= limit
+        out[name] = f.read(limit + 1)[:limit].decode(errors="replace") if ok else None
+sys.stdout.write(json.dumps(out))
+""".replace("LIMIT", str(MAX_REPORT_BYTES))
+
+
+def _copy_out(holder: Any, out: Path) -> None:
+    """What the grade left in its ``/out`` volume, read through the holder, written to ``out``
+    on this host as regular files of the executor's own (`_read_out` reads them there)."""
+    result = holder.exec_run(["python", "-c", _READ_OUT], stdout=True, stderr=False)
+    if result.exit_code != 0:
+        return
+    try:
+        files = json.loads(result.output.decode(errors="replace"))
+    except ValueError:
+        return
+    for name in ("report.json", "system.json"):
+        text = files.get(name) if isinstance(files, dict) else None
+        if isinstance(text, str):
+            (out / name).write_text(text)
 
 
 def _read_out(path: Path, limit: int) -> str | None:
