@@ -444,8 +444,11 @@ class Dispatcher:
             self._placed(run, "lost")
             self.say(str(exc))
             return 0
-        except ValueError as exc:  # not JSON: the executor's fault
-            self._fail(run, f"the report is not JSON: {exc}")
+        except ValueError as exc:  # not a report (`grader.service.verdict`): the executor's fault
+            self._fail(run, f"the report is not the grader's: {exc}")
+            return 0
+        except Exception as exc:  # noqa: BLE001 - one job's failure never ends the dispatcher
+            self._fail(run, f"recording its report failed: {type(exc).__name__}: {exc}")
             return 0
         self._placed(run, "done")
         self.say(f"grade {grade.id} (attempt {job.attempt}) on {run.gpu.uuid}: {grade.status} "
