@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import sys
 
 SPEC_ENV = "GRADER_SERVICE_GRADE"
@@ -63,9 +64,17 @@ def _not_into(paths: tuple[str, ...], forbidden: list[str]) -> tuple[str, ...]:
 def main() -> int:
     spec = json.loads(os.environ.pop(SPEC_ENV))
     confine(spec["forbidden"], spec["writable"])
-    from grader.cli import main as grader_main
-
-    return grader_main(["grade", spec["workspace"], "--json", spec["report"], *spec["args"]])
+    # ``python -m grader grade ...`` in this process, run by name: this module is imported by the
+    # executors, which the grader's command line imports in turn (no import cycle).
+    sys.argv = ["grader", "grade", spec["workspace"], "--json", spec["report"], *spec["args"]]
+    try:
+        runpy.run_module("grader", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if isinstance(exc.code, int) or exc.code is None:
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)  # what sys.exit("...") prints
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
