@@ -43,7 +43,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import stat
 import tempfile
 import time
 import uuid
@@ -52,7 +51,13 @@ from pathlib import Path
 from typing import Any
 
 from grader.report import GradeReport, Status, SystemInfo
-from grader.service.executors import ExecutorError, GradeRequest, as_submitted, rebuild
+from grader.service.executors import (
+    ExecutorError,
+    GradeRequest,
+    as_submitted,
+    read_private,
+    rebuild,
+)
 
 LABEL = "dilated-block-grader"  # every grade container carries LABEL=1
 WORKER_LABEL = f"{LABEL}.worker"
@@ -451,18 +456,10 @@ def _copy_out(holder: Any, out: Path) -> None:
 
 
 def _read_out(path: Path, limit: int) -> str | None:
-    """A regular file the container left in ``/out``, or None: none, a link (the container's
-    making: it may name any path of this host, and the grader replaces its own report, never
-    writes through one), a FIFO or anything not a file, or more than ``limit`` bytes."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        return f.read(limit + 1)[:limit].decode(errors="replace")
+    """A regular file the grade left in ``/out`` (copied here by `_copy_out`), or None: none, a
+    link, anything not a file, or more than ``limit`` bytes (`grader.service.executors`' own
+    reader of such files)."""
+    return read_private(path, limit)
 
 
 def _read_report(path: Path) -> GradeReport | None:

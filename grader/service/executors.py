@@ -172,7 +172,7 @@ class CommandExecutor:
             tail = _neutral(log.read_bytes()[-2000:].decode(errors="replace"), paths)
             if why:
                 raise ExecutorError(why, tail)
-            text = _read_private(report, verdict.MAX_REPORT_BYTES)
+            text = read_private(report, verdict.MAX_REPORT_BYTES)
             if text is None:
                 raise ExecutorError(f"the grade command exited with status {proc.returncode} "
                                     "and wrote no report", tail)  # fmt: skip
@@ -311,7 +311,7 @@ def _neutral(text: str, paths: dict[str, str]) -> str:
     return text
 
 
-def _read_private(path: Path, limit: int) -> str | None:
+def read_private(path: Path, limit: int) -> str | None:
     """A regular file of at most ``limit`` bytes at ``path``, never through a link; else None."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
