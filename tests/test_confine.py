@@ -74,8 +74,7 @@ def dumpable():
     if libc.prctl(4, 1, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 1
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 attempt("set_dumpable", dumpable)
-attempt("is_dumpable", lambda: libc.prctl(3, 0, 0, 0, 0) and None)  # PR_GET_DUMPABLE
-results["dumpable"] = libc.prctl(3, 0, 0, 0, 0)
+results["dumpable"] = libc.prctl(3, 0, 0, 0, 0)  # PR_GET_DUMPABLE
 def compile_c():
     if not GCC:
         return

@@ -88,7 +88,6 @@ _GLOBALS = globals()
 # The standard library's directories (a venv's "platstdlib" holds site-packages: not used).
 _STDLIB_DIRS = tuple({os.path.realpath(os.path.dirname(os.__file__)),
                       os.path.realpath(sysconfig.get_paths()["stdlib"])})  # fmt: skip
-_SITE_PARTS = (f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}")
 
 _WHY = ("only its own modules, torch, triton, numpy and the standard library's "
         + ", ".join(sorted(ALLOWED_STDLIB - {"__future__"})) + " may be imported")
