@@ -88,6 +88,14 @@ def use_torch():
     import torch
     assert float(torch.ones(3).sum()) == 3.0
 attempt("import_torch", use_torch)
+def import_outside():
+    import pytest  # installed beside torch, but no distribution the child needs
+attempt("import_outside", import_outside)
+def stdlib_after_invalidate():
+    import importlib
+    importlib.invalidate_caches()  # the standard library's folder is read entry by entry, not listed
+    import fractions
+attempt("stdlib_after_invalidate", stdlib_after_invalidate)
 status = open("/proc/self/status").read()
 results["status"] = {k: v.strip() for k, v in (l.split(":", 1) for l in status.splitlines())
                      if k in ("Seccomp", "NoNewPrivs")}
@@ -96,7 +104,49 @@ print(json.dumps(results))
 '''
 
 
-def _probe(tmp_path: Path, *, gpu: bool = False) -> dict[str, object]:
+# What a kernel does on a GPU, under the GPU policy: CUDA's driver and libraries, a Triton
+# kernel compiled (the launcher's C compiler) and launched, cuBLAS, CUPTI (the census's
+# profiler), and still no file of the grader.
+GPU_PROBE = r'''
+import json, os
+results = {}
+def attempt(name, fn):
+    try:
+        results[name] = fn()
+    except Exception as exc:
+        results[name] = f"{type(exc).__name__}: {exc}"
+import torch
+import triton
+import triton.language as tl
+@triton.jit
+def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+def run_triton():
+    x = torch.zeros(1000, device="cuda")
+    add_one[(4,)](x, 1000, BLOCK=256)
+    return float(x.sum())
+attempt("triton", run_triton)
+a = torch.randn(256, 256, device="cuda", dtype=torch.float64)
+attempt("cublas", lambda: bool(torch.allclose((a @ a).cpu(), a.cpu() @ a.cpu())))
+def cupti():
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        (a @ a).sum()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+attempt("cupti_kernels", cupti)
+def read_grader():
+    open(GRADER_FILE).read(10)
+    return "ok"
+attempt("read_grader", read_grader)
+results["applied"] = os.environ.get("GRADER_CONFINED")
+print(json.dumps(results))
+'''
+
+
+def _probe(tmp_path: Path, *, gpu: bool = False, probe: str = PROBE) -> dict[str, object]:
     harness = Harness(tmp_path / "harness")
     work = tmp_path / "work"
     work.mkdir()
@@ -108,7 +158,7 @@ def _probe(tmp_path: Path, *, gpu: bool = False) -> dict[str, object]:
     gcc = shutil.which("gcc") or ""
     script = (f"GRADER_FILE = {str(GRADER_DIR / 'gate.py')!r}\n"
               f"REFERENCE = {str(REFERENCE_DIR)!r}\nOUTSIDE = {str(tmp_path / 'out.txt')!r}\n"
-              f"PORT = {port}\nGCC = {gcc!r}\n" + PROBE)
+              f"PORT = {port}\nGCC = {gcc!r}\n" + probe)
     (work / "probe.py").write_text(script)
     confined = ChildConfinement(harness, child_policy(harness, work, gpu=gpu))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": str(work / ".tmp"),
@@ -134,13 +184,30 @@ def test_a_confined_child_reaches_only_what_its_policy_names(tmp_path: Path) -> 
                  "set_dumpable"):
         assert name in denied, (name, got[name])
     # What a kernel needs still works: its own folder, its own /proc, torch, the compiler.
-    for name in ("write_own", "own_status", "import_torch", "compile_launcher"):
+    for name in ("write_own", "own_status", "import_torch", "compile_launcher",
+                 "stdlib_after_invalidate"):
         assert got[name] == "ok", (name, got[name])
+    # A module beside torch that the policy does not name looks absent, as an optional import
+    # expects (torch's own ``import pynvml`` on a GPU host), not unreadable.
+    assert str(got["import_outside"]).startswith("ModuleNotFoundError"), got["import_outside"]
     assert got["dumpable"] == 0
     assert got["status"] == {"Seccomp": "2", "NoNewPrivs": "1"}
     applied = Applied.from_json(str(got["applied"]))
     assert applied.landlock and applied.seccomp and applied.no_dump and applied.abi >= 6
     assert not (tmp_path / "out.txt").exists()
+
+
+@pytest.mark.gpu
+@needs_landlock
+def test_a_confined_child_runs_cuda_triton_and_cupti(tmp_path: Path) -> None:
+    """The GPU policy admits what a kernel needs and nothing of the grader."""
+    got = _probe(tmp_path, gpu=True, probe=GPU_PROBE)
+    assert got["triton"] == 1000.0, got
+    assert got["cublas"] is True, got
+    assert isinstance(got["cupti_kernels"], int) and got["cupti_kernels"] >= 1, got
+    assert str(got["read_grader"]).startswith("PermissionError"), got
+    applied = Applied.from_json(str(got["applied"]))
+    assert applied.landlock and applied.seccomp and applied.no_dump, applied
 
 
 @needs_landlock

@@ -409,6 +409,74 @@ def allow_all_but(forbidden: Iterable[str], roots: Sequence[str] = ("/",)) -> tu
 # ---------------------------------------------------------------------------------- the bootstrap
 
 
+def _beneath_or_above(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r + "/") or r.startswith(path + "/") for r in roots)
+
+
+def list_import_folders() -> dict[str, list[str]]:
+    """The entries of every folder on ``sys.path``, listed before the policy is applied (some of
+    them it lets the process read entry by entry, but not list: see `narrow_imports`)."""
+    out: dict[str, list[str]] = {}
+    for entry in sys.path:
+        real = os.path.realpath(entry or ".")
+        try:
+            out[real] = os.listdir(real)
+        except OSError:
+            continue
+    return out
+
+
+def narrow_imports(policy: Policy, listings: dict[str, list[str]]) -> None:
+    """Make the import system find exactly the modules this process may read.
+
+    Python's finder lists a folder once and then looks names up in that listing. Under the
+    policy that goes wrong two ways, both fixed here for every folder finder made from now on:
+
+    - A site folder is listable (the import system must find torch there) but only the named
+      distributions in it are readable. The finder would find any other module there and fail
+      to read it with ``PermissionError``, which no ``try: import x / except ImportError``
+      expects (torch's own ``import pynvml`` on a GPU host). Entries that lie neither beneath
+      nor above a readable path are left out of the listing: such a module looks absent.
+    - A folder that holds a forbidden path (the standard library holding a site folder, say) is
+      readable entry by entry but not listable. Once its finder's listing is dropped
+      (``importlib.invalidate_caches()``, which libraries call), nothing in it could be
+      imported again; the listing taken before the policy (``listings``) stands in.
+    """
+    from importlib.machinery import FileFinder
+
+    readable = tuple(os.path.realpath(p).rstrip("/") or "/" for p in (*policy.read, *policy.write))
+
+    def narrowed(finder: FileFinder) -> FileFinder:
+        def fill_visible() -> None:
+            real = os.path.realpath(finder.path or ".")
+            try:
+                names = os.listdir(real)
+            except PermissionError:
+                names = listings.get(real, [])
+            except OSError:
+                names = []
+            finder._path_cache = {
+                n for n in names
+                if _beneath_or_above(os.path.realpath(os.path.join(real, n)), readable)}
+            # Read only on case-insensitive platforms; kept in step for completeness.
+            finder._relaxed_path_cache = {n.lower() for n in finder._path_cache}
+
+        finder._fill_cache = fill_visible  # type: ignore[method-assign]
+        finder.invalidate_caches()
+        return finder
+
+    def wrap(hook):  # noqa: ANN001, ANN202 - a path hook: (path) -> finder
+        def hook_narrowed(path: str):  # noqa: ANN202
+            finder = hook(path)
+            return narrowed(finder) if isinstance(finder, FileFinder) else finder
+
+        return hook_narrowed
+
+    sys.path_hooks[:] = [wrap(h) for h in sys.path_hooks]
+    # The finders made before the policy are made again, through the hooks.
+    sys.path_importer_cache.clear()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -I confine.py ENTRY ARGS...``: apply the policy in ``$GRADER_CONFINE``, then run
     ``ENTRY`` as ``__main__`` with ``sys.argv = [ENTRY, *ARGS]``. A policy that cannot be applied
@@ -418,12 +486,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not argv or text is None:
         sys.stderr.write(f"usage: {POLICY_ENV}=<policy json> python -I confine.py ENTRY ARGS\n")
         raise SystemExit(2)
+    listings = list_import_folders()
     try:
-        applied = apply(Policy.from_json(text))
+        policy = Policy.from_json(text)
+        applied = apply(policy)
     except (ConfinementError, ValueError, TypeError) as exc:
         sys.stderr.write(f"confinement failed: {exc}\n")
         raise SystemExit(1) from None
     os.environ[APPLIED_ENV] = applied.to_json()
+    narrow_imports(policy, listings)
     entry = argv[0]
     sys.argv = argv
     # -I put nothing of ours on sys.path; the entry script's harness finds its own root.
