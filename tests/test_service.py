@@ -173,8 +173,11 @@ def test_a_runs_token_reaches_its_own_run_only(tmp_path: Path) -> None:
         sub_b = sub_b["submission"]["id"]
         assert call(f"{base}/v1/runs/{run_b}", token_a).status == 403
         assert call(f"{base}/v1/runs/{run_b}/submissions", token_a).status == 403
-        assert call(f"{base}/v1/submissions/{sub_b}", token_a).status == 403
-        assert call(f"{base}/v1/submissions/{sub_b}/report", token_a).status == 403
+        # Another run's submission is the same 404 as one that does not exist.
+        for path in (f"submissions/{sub_b}", f"submissions/{sub_b}/report",
+                     f"submissions/{sub_b + 1000}"):
+            reply = call(f"{base}/v1/{path}", token_a)
+            assert reply.status == 404 and "in this token's run" in reply.body["error"], reply
         assert upload(base, token_a, run_b, tree_tar(solution(0.6)), fake_commit("c")).status == 403
         assert call(f"{base}/v1/runs/{run_a}", None).status == 401
         assert call(f"{base}/v1/runs/{run_a}", "not-a-token").status == 401

@@ -20,9 +20,9 @@ from grader_helpers import REPO, git, make_workspace
 from service_helpers import FAKE_GRADE
 
 from grader.agent.submit import EXIT_PENDING, EXIT_REFUSED, EXIT_STORE, main
-from grader.service.api import make_server
 from grader.service.client import RUN_ENV, Client, ClientError
 from grader.service.executors import CommandExecutor
+from grader.service.http_server import make_server
 from grader.service.store import Store
 from grader.service.worker import Worker, WorkerOptions, cpu_device
 
@@ -166,8 +166,8 @@ def test_another_runs_token_cannot_show_this_runs_submission(
     _as(monkeypatch, service.env(token=service.other_token, run=service.other_run))
     assert main(["--workspace", str(ws), "show", "1"]) == EXIT_REFUSED
     err = capsys.readouterr().err
-    assert f"this token belongs to another run (HTTP 403 from {service.url})" in err
-    assert "GRADER_TOKEN reaches only your own run's submissions" in err
+    # The same 404 as a submission that does not exist: nothing of the other run leaks.
+    assert f"no submission 1 in this token's run (HTTP 404 from {service.url}" in err
     # Nor list it through the other run's id.
     _as(monkeypatch, service.env(token=service.other_token, run=service.run))
     assert main(["list"]) == EXIT_REFUSED

@@ -1,16 +1,23 @@
-"""The HTTP API: ``python -m grader serve --store DIR [--host H] [--port P]``.
+"""The HTTP API, a FastAPI app: ``python -m grader serve --store DIR [--host H] [--port P]``.
 
-The standard library's threading HTTP server, on purpose: the API is a dozen JSON routes, every
-request is short (a grade runs in a worker, never in a request), and the service then adds no
-dependency to the trusted image (the ``service`` extra of pyproject.toml is empty). A server of
-this kind is not hardened for the open internet: bind it to 127.0.0.1 or a private network, or
-put a reverse proxy in front.
+`create_app` builds it from a store; `grader.service.http_server` serves it with uvicorn (its
+timeouts, its connection cap and the framing its HTTP parser, h11, enforces). FastAPI for the
+pydantic models of every body (`grader.service.api_models`: bad input is a 4xx, never a 500),
+OpenAPI at ``/openapi.json`` and ``/docs``, and routes another module can add to (an
+``APIRouter`` with `current_store` and `operator_only` as its dependencies). The agent's client
+(`grader.service.client`) stays the standard library's. Not hardened for the open internet: bind
+it to 127.0.0.1 or a private network, or put a reverse proxy in front.
 
-Every request carries ``Authorization: Bearer <token>``: a run's token reaches its own run and
-its submissions only; the operator's token (``DIR/operator.token``) reaches everything. Routes:
+Every ``/v1`` request carries ``Authorization: Bearer <token>``: a run's token reaches its own
+run and its submissions only; the operator's token (``DIR/operator.token``) reaches everything.
+Routes:
 
+    GET  /healthz                           none      {"ok": true}: the process answers
+    GET  /readyz                            none      200 {"ready": true, ...}; 503 with the reason
+                                                      (the store not writable, no worker seen)
     GET  /v1/whoami                         any       {"run": RUN or null, "operator": bool}
-    POST /v1/runs                           operator  {"name"} → {"run", "token"}
+    POST /v1/runs                           operator  {"name", "max_per_hour", "max_upload_bytes",
+                                                      "max_queued"} → {"run", "token"}
     POST /v1/runs/RUN/submissions           run       body: the tar `git archive` makes (or .tar.gz)
                                                       → {"submission": {...}, "new": bool}
     GET  /v1/runs/RUN                       run       counts by state, best, final
@@ -22,40 +29,94 @@ its submissions only; the operator's token (``DIR/operator.token``) reaches ever
     GET  /v1/submissions/ID/report[?grade=G] run      the report JSON (404 until graded)
     POST /v1/submissions/ID/regrade         operator  queue another ordinary grade
 
-Errors are ``{"error": "..."}`` with 400 (bad request or archive), 401 (no or unknown token), 403
-(another run's), 404, 405, 411, 413 (too large), 429 (the run's rate limit or grades waiting).
+Every error, from a route, the models, the router or the HTTP parser, is ``{"error": "..."}``:
+400 (bad request, bad body, bad archive, bad framing), 401 (no or unknown token), 403 (another
+run's, or an operator's route), 404, 405 (PUT, DELETE, HEAD, PATCH, ...), 408 (the request was
+not received in time), 411, 413 (too large), 429 (the run's rate limit or grades waiting), 501
+(not an HTTP method), 503 (too many connections; not ready).
+
+A run token learns nothing of other runs: another run's id is 403 whether it exists or not, and
+another run's submission is the same 404 as one that does not exist. No reply names a path of
+the operator's or the store's id range (an internal error says only its kind; the log has the
+rest).
 
 Framing is strict, so that a keep-alive proxy in front never sees two replies to one request: a
-GET with a body or a Content-Length, a ``Transfer-Encoding`` (chunked or any other), or a
-Content-Length that is repeated, negative or not a number gets 400 and the connection is closed
-without reading further. No reply names a path of the operator's (the store's errors name none;
-an internal error says only its kind, the service's stderr has the rest).
+request other than a POST with a ``Content-Length``, a ``Transfer-Encoding`` (chunked or any
+other), or a ``Content-Length`` that is repeated, negative, not a number or over the limit gets
+its 4xx and the connection is closed without reading the body. An upload is read as it arrives,
+never past the run's limit. Every request is one access-log line (`logging`, logger
+``grader.service.access``): client, method, path without its query, status, milliseconds; never
+a header, so never a token.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import logging
 import re
-import sys
 import threading
-import traceback
+import time
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from typing import Annotated, Any, TypeVar
 
-from grader.service import runs
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+
+from grader.service import presence, runs
+from grader.service.api_models import (
+    Best,
+    CreatedRun,
+    CreateRun,
+    ErrorBody,
+    Finalize,
+    Finalized,
+    Health,
+    Ready,
+    Regraded,
+    RunReport,
+    RunStatus,
+    RunSubmissions,
+    SubmissionView,
+    Uploaded,
+    WhoAmI,
+)
 from grader.service.archive import UploadLimits, UploadRejected, check_upload
-from grader.service.store import LimitExceeded, Limits, Run, Store, StoreError, Unknown
+from grader.service.store import DB_NAME, LimitExceeded, Limits, Run, Store, StoreError, Unknown
 
 _HEX_COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+JSON_LIMIT = 1 << 16  # a JSON body's bytes
+UPLOAD_ROUTE = re.compile(r"^/v1/runs/[^/]+/submissions$")
+_HTTP_METHODS = {"HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"}
+
+log = logging.getLogger("grader.service.api")
+access_log = logging.getLogger("grader.service.access")
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+@dataclass(frozen=True)
+class ReadyRule:
+    """What `/readyz` asks: a worker seen within ``worker_s`` seconds (``presence``)."""
+
+    worker_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -72,273 +133,458 @@ class Caller:
             raise ApiError(403, "only the operator's token may do this")
 
 
-class GraderServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # The listen backlog: 20 agents submitting at once must not see a reset (the default is 5).
-    request_queue_size = 1024
+class Stores:
+    """The app's store connections, one per request at a time: a SQLite connection must not
+    serve two threads at once, and FastAPI runs a request's dependencies and its route in
+    whichever threads of its pool are free. A request takes one (`lease`) and gives it back;
+    there are never more than requests at once (the thread pool bounds them)."""
 
-    def __init__(self, address: tuple[str, int], store_dir: Path,
-                 upload_limits: UploadLimits) -> None:  # fmt: skip
-        self.store_dir = store_dir
-        self.upload_limits = upload_limits
-        self._local = threading.local()
-        with Store(store_dir) as store:  # made, migrated, the operator token written
-            store.operator_token()
-            store.collect_orphans()
-        super().__init__(address, Handler)
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._free: list[Store] = []
+        self._lock = threading.Lock()
 
-    def store(self) -> Store:
-        """This thread's connection (a SQLite connection is not shared across threads)."""
-        store = getattr(self._local, "store", None)
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[Store]:
+        with self._lock:
+            store = self._free.pop() if self._free else None
         if store is None:
-            store = self._local.store = Store(self.store_dir)
+            store = Store(self.path)
+        try:
+            yield store
+        finally:
+            with self._lock:
+                self._free.append(store)
+
+
+def _store_path(store: Store | Path) -> Path:
+    """What reopens ``store``: its folder, or the file of an older single-file store."""
+    if isinstance(store, Path):
         return store
+    return store.root if store.db_path == store.root / DB_NAME else store.db_path
 
 
-class Handler(BaseHTTPRequestHandler):
-    server: GraderServer
-    protocol_version = "HTTP/1.1"
-    server_version = "grader-service/1"
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        pass  # one line per request on stderr is noise for the operator; errors are in replies
 
-    # ------------------------------------------------------------------ plumbing
+# ----------------------------------------------------------------------------- dependencies
 
-    def do_GET(self) -> None:
-        self._dispatch("GET")
 
-    def do_POST(self) -> None:
-        self._dispatch("POST")
+def current_store(request: Request) -> Iterator[Store]:
+    """A store connection for this request alone (`Stores`)."""
+    with request.app.state.stores.lease() as store:
+        yield store
 
-    def do_HEAD(self) -> None:
-        self._dispatch("HEAD")
 
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
+def caller_of(request: Request, store: Annotated[Store, Depends(current_store)]) -> Caller:
+    header = request.headers.get("authorization", "")
+    if not header.startswith("Bearer ") or not header[7:].strip():
+        raise ApiError(401, "no token: send Authorization: Bearer <token> (the run's token from "
+                       "python -m grader run create, or the operator's)")  # fmt: skip
+    token = header[7:].strip()
+    if store.is_operator(token):
+        return Caller(operator=True, run=None)
+    run = store.run_of_token(token)
+    if run is None:
+        raise ApiError(401, "this token is not known to this service")
+    return Caller(operator=False, run=run)
 
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
 
-    def do_PATCH(self) -> None:
-        self._dispatch("PATCH")
+def operator_only(caller: Annotated[Caller, Depends(caller_of)]) -> Caller:
+    """The operator's token, else 403 (for the operator's routes and pages)."""
+    caller.must_be_operator()
+    return caller
 
-    def do_OPTIONS(self) -> None:
-        self._dispatch("OPTIONS")
 
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The base class's own errors (a bad request line, headers too long, …) as JSON too,
-        and the connection closed (what follows on it cannot be trusted to be a request)."""
-        self.close_connection = True
-        self._body_read = False
-        self._reply(code, {"error": message or self.responses.get(code, ("error",))[0]})
+def json_body(model: type[BodyT]) -> Callable[[Request], Awaitable[BodyT]]:
+    """A dependency: the body as ``model``, whatever its Content-Type says (the agent's and the
+    operator's stdlib clients send none); an empty body is ``{}``. Its size the gate bounded."""
 
-    def _framing(self, method: str) -> None:
-        """Refuse what a proxy and this server could split into requests differently."""
-        if self.headers.get_all("Transfer-Encoding"):
-            raise ApiError(400, "Transfer-Encoding is not accepted: send a Content-Length")
-        lengths = self.headers.get_all("Content-Length") or []
-        if len(lengths) > 1:
-            raise ApiError(400, f"{len(lengths)} Content-Length headers: send one")
-        if lengths and not re.fullmatch(r"[0-9]{1,18}", lengths[0].strip()):
-            raise ApiError(400, f"Content-Length {lengths[0][:40]!r} is not a length")
-        if lengths and method != "POST":
-            raise ApiError(400, f"a {method} request carries no body and no Content-Length")
-
-    def _dispatch(self, method: str) -> None:
-        # A POST's body is unread until a route reads it; a reply sent before closes the
-        # connection (the client's unread bytes would be taken for the next request).
-        self._body_read = method != "POST" or self.headers.get("Content-Length", "0") == "0"
+    async def parse(request: Request) -> BodyT:
+        data = await request.body()
         try:
-            self._framing(method)
-        except ApiError as exc:
-            self._body_read = False  # whatever follows on this connection is not read
-            self._reply(exc.status, {"error": str(exc)})
-            return
-        if method not in ("GET", "POST"):
-            self._body_read = False
-            self._reply(405, {"error": f"{method} is not a method of this API (GET and POST)"})
-            return
-        try:
-            url = urlsplit(self.path)
-            parts = [p for p in url.path.split("/") if p]
-            query = parse_qs(url.query)
-            caller = self._caller()
-            status, body = self._route(method, parts, query, caller)
-        except ApiError as exc:
-            status, body = exc.status, {"error": str(exc)}
-        except UploadRejected as exc:
-            status, body = exc.http_status, {"error": str(exc)}
-        except LimitExceeded as exc:
-            status, body = exc.http_status, {"error": str(exc)}
-        except Unknown as exc:
-            status, body = 404, {"error": str(exc)}
-        except StoreError as exc:
-            status, body = 409, {"error": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - a reply, not a dropped connection
-            # Its text may name a path of the store's: the operator's log gets it, not the reply.
-            traceback.print_exc(file=sys.stderr)
-            status, body = 500, {"error": f"internal error ({type(exc).__name__}); the "
-                                          "service's log has its details"}
-        self._reply(status, body)
+            return model.model_validate_json(data.strip() or b"{}")
+        except ValidationError as exc:
+            raise RequestValidationError(exc.errors(include_url=False)) from None
 
-    def _reply(self, status: int, body: dict[str, Any] | str) -> None:
-        data = (body if isinstance(body, str) else json.dumps(body, indent=2)).encode()
-        if not self._body_read:
-            self.close_connection = True
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    def _caller(self) -> Caller:
-        header = self.headers.get("Authorization", "")
-        if not header.startswith("Bearer ") or not header[7:].strip():
-            raise ApiError(401, "no token: send Authorization: Bearer <token> (the run's token "
-                           "from python -m grader run create, or the operator's)")
-        token = header[7:].strip()
-        store = self.server.store()
-        if store.is_operator(token):
-            return Caller(operator=True, run=None)
-        run = store.run_of_token(token)
-        if run is None:
-            raise ApiError(401, "this token is not known to this service")
-        return Caller(operator=False, run=run)
-
-    def _body(self, limit: int) -> bytes:
-        length = self.headers.get("Content-Length")
-        if length is None:
-            raise ApiError(411, "a Content-Length header is required")
-        try:
-            size = int(length)
-        except ValueError as exc:
-            raise ApiError(400, f"Content-Length {length!r} is not a number") from exc
-        if size > limit:
-            raise ApiError(413, f"the body is {size} bytes; the limit is {limit}")
-        data = self.rfile.read(size)
-        self._body_read = True
-        if len(data) != size:
-            raise ApiError(400, f"the body ended after {len(data)} of {size} bytes")
-        return data
-
-    def _json_body(self) -> dict[str, Any]:
-        data = self._body(1 << 16)
-        try:
-            value = json.loads(data or b"{}")
-        except ValueError as exc:
-            raise ApiError(400, f"the body is not JSON: {exc}") from exc
-        if not isinstance(value, dict):
-            raise ApiError(400, "the body must be a JSON object")
-        return value
-
-    # ------------------------------------------------------------------ routes
-
-    def _route(self, method: str, parts: list[str], query: dict[str, list[str]],
-               caller: Caller) -> tuple[int, dict[str, Any] | str]:  # fmt: skip
-        store = self.server.store()
-        if parts[:1] != ["v1"]:
-            raise ApiError(404, f"no route {self.path!r}: the API is under /v1/")
-        parts = parts[1:]
-        if method == "GET" and parts == ["whoami"]:
-            return 200, {"run": caller.run.id if caller.run else None, "operator": caller.operator}
-        if method == "POST" and parts == ["runs"]:
-            caller.must_be_operator()
-            body = self._json_body()
-            fields = ("max_per_hour", "max_upload_bytes", "max_queued")
-            bad = {k: body[k] for k in fields
-                   if k in body and (type(body[k]) is not int or body[k] < 1)}
-            if bad:
-                raise ApiError(400, f"limits are positive integers, got {bad}")
-            limits = Limits(**{k: body[k] for k in fields if k in body})
-            run, token = store.create_run(str(body.get("name", "")), limits)
-            return 201, {"run": run.id, "token": token}
-        if len(parts) >= 2 and parts[0] == "runs":
-            run_id = parts[1]
-            caller.may_see(run_id)
-            store.run(run_id)
-            rest = parts[2:]
-            if method == "POST" and rest == ["submissions"]:
-                return self._upload(store, run_id, caller, query)
-            if method == "POST" and rest == ["finalize"]:
-                caller.must_be_operator()
-                body = self._json_body()
-                final = store.request_final(run_id, allow_same_gpu=bool(body.get("allow_same_gpu")))
-                return 202, {"final": runs.final_view(store, final)}
-            if method == "GET" and rest == []:
-                return 200, runs.run_status(store, run_id)
-            if method == "GET" and rest == ["submissions"]:
-                return 200, {"run": run_id, "submissions": [
-                    runs.submission_view(store, s) for s in store.submissions(run_id)]}
-            if method == "GET" and rest == ["best"]:
-                best = store.best(run_id)
-                return 200, {"best": runs.submission_view(store, best[0]) if best else None}
-            if method == "GET" and rest == ["report"]:
-                return 200, runs.run_report(store, run_id)
-        if len(parts) >= 2 and parts[0] == "submissions":
-            try:
-                submission = store.submission(int(parts[1]))
-            except ValueError as exc:
-                raise ApiError(404, f"no submission {parts[1]!r}") from exc
-            caller.may_see(submission.run)
-            rest = parts[2:]
-            if method == "GET" and rest == []:
-                return 200, runs.submission_view(store, submission)
-            if method == "GET" and rest == ["report"]:
-                return 200, self._report(store, submission.id, query)
-            if method == "POST" and rest == ["regrade"]:
-                caller.must_be_operator()
-                return 202, {"grade": store.regrade(submission.id).to_dict()}
-        raise ApiError(404, f"no route {method} {self.path}")
-
-    def _upload(self, store: Store, run_id: str, caller: Caller,
-                query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:  # fmt: skip
-        run = store.run(run_id)
-        limit = min(run.limits.max_upload_bytes, self.server.upload_limits.max_upload_bytes)
-        data = self._body(limit)
-        tree = check_upload(data, self.server.upload_limits)
-        commit = (self.headers.get("X-Grader-Commit") or tree.commit or "").strip().lower()
-        if not _HEX_COMMIT.match(commit):
-            raise ApiError(400, "no commit id: upload the tar that `git archive <commit>` makes "
-                           f"or send X-Grader-Commit (got {commit!r})")
-        if tree.commit and commit != tree.commit:
-            raise ApiError(400, f"X-Grader-Commit {commit} differs from the archive's commit "
-                           f"{tree.commit}")
-        force = query.get("force", ["0"])[0] == "1"
-        if force:
-            caller.must_be_operator()
-        submission, new = store.add_submission(
-            run_id, commit=commit, tree=tree.tree, archive=tree.archive, files=len(tree.files),
-            note=(self.headers.get("X-Grader-Note") or "")[:500],
-            origin=self.client_address[0], force=force,
-        )  # fmt: skip
-        return (201 if new else 200), {"submission": runs.submission_view(store, submission),
-                                       "new": new}
-
-    def _report(self, store: Store, submission_id: int, query: dict[str, list[str]]) -> str:
-        grades = store.grades(submission_id)
-        if "grade" in query:
-            wanted = [g for g in grades if str(g.id) == query["grade"][0]]
-            if not wanted:
-                raise ApiError(404, f"submission {submission_id} has no grade {query['grade'][0]}")
-        else:
-            wanted = [g for g in grades if g.purpose == "grade" and g.report_sha256]
-        report = store.report(wanted[-1]) if wanted else None
-        if report is None:
-            raise ApiError(404, f"submission {submission_id} has no report yet")
-        return report
+    return parse
 
 
-def make_server(store_dir: Path, host: str = "127.0.0.1", port: int = 8750,
-                upload_limits: UploadLimits | None = None) -> GraderServer:  # fmt: skip
+def _json_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that parses ``model`` with `json_body`."""
+    return {"requestBody": {"content": {"application/json": {
+        "schema": model.model_json_schema()}}}}  # fmt: skip
+
+
+CallerDep = Annotated[Caller, Depends(caller_of)]
+OperatorDep = Annotated[Caller, Depends(operator_only)]
+StoreDep = Annotated[Store, Depends(current_store)]
+
+
+def _run_of(store: Store, caller: Caller, run_id: str) -> Run:
+    caller.may_see(run_id)  # first: a run token learns nothing of whether another run exists
+    try:
+        return store.run(run_id)
+    except Unknown:
+        raise ApiError(404, f"no run {run_id[:80]!r}") from None  # the store's lists every run
+
+
+def _submission_of(store: Store, caller: Caller, submission_id: str) -> Any:
+    """The submission, or 404: the same 404 whether it does not exist or is another run's, and
+    never the store's id range (the store's own message gives it)."""
+    number = re.fullmatch(r"[0-9]{1,18}", submission_id) is not None
+    missing = ApiError(404, f"no submission {submission_id if number else repr(submission_id[:40])}"
+                       + ("" if caller.operator else " in this token's run"))  # fmt: skip
+    if not number:
+        raise missing
+    try:
+        submission = store.submission(int(submission_id))
+    except Unknown:
+        raise missing from None
+    if not caller.operator and (caller.run is None or submission.run != caller.run.id):
+        raise missing
+    return submission
+
+
+# ----------------------------------------------------------------------------- the app
+
+
+def create_app(store: Store | Path, upload_limits: UploadLimits | None = None,
+               ready: ReadyRule | None = None) -> FastAPI:  # fmt: skip
+    """The API of the store at ``store`` (a `Store`, or its path): its routes, models, error
+    handlers and framing gate. Made, migrated and its operator token written here."""
+    path = _store_path(store)
+    with Store(path) as opened:
+        opened.operator_token()
+        opened.collect_orphans()
     if upload_limits is None:
         from grader.config import load_config
 
         upload_limits = UploadLimits.of(load_config().limits)
-    return GraderServer((host, port), store_dir, upload_limits)
+    app = FastAPI(title="grader service", version="1",
+                  summary="Submissions of a GPU-kernel task, graded by the operator's workers",
+                  responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody},
+                             403: {"model": ErrorBody}, 404: {"model": ErrorBody}})  # fmt: skip
+    app.state.stores = Stores(path)
+    app.state.upload_limits = upload_limits
+    app.state.ready = ready or ReadyRule()
+    _errors(app)
+    _routes(app)
+    app.add_middleware(_Gate, upload_limit=upload_limits.max_upload_bytes)
+    return app
 
 
-__all__ = ["GraderServer", "make_server"]
+def _errors(app: FastAPI) -> None:
+    """Every error as ``{"error": ...}``, whatever raised it."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, str(exc))
+
+    @app.exception_handler(UploadRejected)
+    async def rejected(request: Request, exc: UploadRejected) -> JSONResponse:
+        return _error(exc.http_status, str(exc))
+
+    @app.exception_handler(LimitExceeded)
+    async def limited(request: Request, exc: LimitExceeded) -> JSONResponse:
+        return _error(exc.http_status, str(exc))
+
+    @app.exception_handler(Unknown)
+    async def unknown(request: Request, exc: Unknown) -> JSONResponse:
+        # The routes turn a missing id into their own 404; one that reaches here still must not
+        # give the store's text (it lists runs and the id range).
+        return _error(404, "no such run, submission or grade")
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, exc: StoreError) -> JSONResponse:
+        return _error(409, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(400, _validation_text(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            text = f"no route {request.method} {request.url.path[:200]}"
+        elif exc.status_code == 405:
+            text = f"{request.method} is not a method of {request.url.path[:200]}"
+        else:
+            text = str(exc.detail)
+        return _error(exc.status_code, text, dict(exc.headers or {}))
+
+
+def _validation_text(exc: RequestValidationError) -> str:
+    """pydantic's errors, one clause each: where, what, and the value (cut short)."""
+    clauses = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+        clause = f"{where}: {err.get('msg', 'invalid')}"
+        if err.get("type") not in ("missing", "json_invalid") and "input" in err:
+            clause += f" (got {repr(err['input'])[:60]})"
+        clauses.append(clause)
+    return "bad request: " + "; ".join(clauses)
+
+
+def _routes(app: FastAPI) -> None:
+    @app.get("/healthz", response_model=Health, tags=["operations"])
+    def healthz() -> dict[str, Any]:
+        return {"ok": True}
+
+    @app.get("/readyz", response_model=Ready, tags=["operations"],
+             responses={503: {"model": Ready}})  # fmt: skip
+    def readyz(request: Request, store: StoreDep) -> Any:
+        rule: ReadyRule = request.app.state.ready
+        reason = _unwritable(store)
+        workers = presence.seen(store, rule.worker_s)
+        if not reason and not workers:
+            reason = f"no worker has looked at the queue in the last {rule.worker_s:g} s"
+        seen = [{"worker": w.worker, "device": w.device, "seen_s_ago": round(w.age_s, 1)}
+                for w in workers]  # fmt: skip
+        body = {"ready": not reason, "reason": reason, "workers": seen}
+        return JSONResponse(body, status_code=503 if reason else 200)
+
+    @app.get("/v1/whoami", response_model=WhoAmI)
+    def whoami(caller: CallerDep) -> dict[str, Any]:
+        return {"run": caller.run.id if caller.run else None, "operator": caller.operator}
+
+    @app.post("/v1/runs", response_model=CreatedRun, status_code=201,
+              openapi_extra=_json_doc(CreateRun))  # fmt: skip
+    def create_run(caller: OperatorDep, store: StoreDep,
+                   body: Annotated[CreateRun, Depends(json_body(CreateRun))]) -> Any:  # fmt: skip
+        limits = Limits(max_per_hour=body.max_per_hour, max_upload_bytes=body.max_upload_bytes,
+                        max_queued=body.max_queued)  # fmt: skip
+        run, token = store.create_run(body.name, limits)
+        return {"run": run.id, "token": token}
+
+    @app.post("/v1/runs/{run_id}/submissions", response_model=Uploaded, status_code=201,
+              responses={200: {"model": Uploaded, "description": "the run had this tree"},
+                         413: {"model": ErrorBody}, 429: {"model": ErrorBody}},
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}})
+    async def upload(
+        run_id: str, request: Request, caller: CallerDep, force: Annotated[bool, Query()] = False,
+        x_grader_commit: Annotated[str, Header(max_length=200)] = "",
+        x_grader_note: Annotated[str, Header(max_length=2000)] = "",
+    ) -> Any:
+        # async: the body is read here as it arrives; the store is used in the thread pool.
+        stores: Stores = request.app.state.stores
+
+        def find_run() -> Run:
+            with stores.lease() as store:
+                return _run_of(store, caller, run_id)
+
+        run = await run_in_threadpool(find_run)
+        if force:
+            caller.must_be_operator()
+        limits: UploadLimits = request.app.state.upload_limits
+        data = await _read_body(request, min(run.limits.max_upload_bytes, limits.max_upload_bytes))
+        origin = request.client.host if request.client else ""
+
+        def store_it() -> tuple[int, dict[str, Any]]:
+            with stores.lease() as store:
+                return _store_upload(store, run, data, limits, x_grader_commit, x_grader_note,
+                                     origin, force)  # fmt: skip
+
+        status, body = await run_in_threadpool(store_it)
+        return JSONResponse(Uploaded.model_validate(body).model_dump(mode="json"),
+                            status_code=status)  # fmt: skip
+
+    @app.get("/v1/runs/{run_id}", response_model=RunStatus)
+    def run_status(run_id: str, caller: CallerDep, store: StoreDep) -> Any:
+        _run_of(store, caller, run_id)
+        return runs.run_status(store, run_id)
+
+    @app.get("/v1/runs/{run_id}/submissions", response_model=RunSubmissions)
+    def run_submissions(run_id: str, caller: CallerDep, store: StoreDep) -> Any:
+        _run_of(store, caller, run_id)
+        return {"run": run_id, "submissions": [runs.submission_view(store, s)
+                                               for s in store.submissions(run_id)]}  # fmt: skip
+
+    @app.get("/v1/runs/{run_id}/best", response_model=Best)
+    def run_best(run_id: str, caller: CallerDep, store: StoreDep) -> Any:
+        _run_of(store, caller, run_id)
+        best = store.best(run_id)
+        return {"best": runs.submission_view(store, best[0]) if best else None}
+
+    @app.get("/v1/runs/{run_id}/report", response_model=RunReport)
+    def run_report(run_id: str, caller: CallerDep, store: StoreDep) -> Any:
+        _run_of(store, caller, run_id)
+        return runs.run_report(store, run_id)
+
+    @app.post("/v1/runs/{run_id}/finalize", response_model=Finalized, status_code=202,
+              openapi_extra=_json_doc(Finalize))  # fmt: skip
+    def finalize(run_id: str, caller: OperatorDep, store: StoreDep,
+                 body: Annotated[Finalize, Depends(json_body(Finalize))]) -> Any:  # fmt: skip
+        _run_of(store, caller, run_id)
+        final = store.request_final(run_id, allow_same_gpu=body.allow_same_gpu)
+        return {"final": runs.final_view(store, final)}
+
+    @app.get("/v1/submissions/{submission_id}", response_model=SubmissionView)
+    def submission(submission_id: str, caller: CallerDep, store: StoreDep) -> Any:
+        return runs.submission_view(store, _submission_of(store, caller, submission_id))
+
+    @app.get("/v1/submissions/{submission_id}/report",
+             responses={200: {"description": "the grade's report, as the grader wrote it "
+                                             "(grader.report.GradeReport)"}})  # fmt: skip
+    def submission_report(
+        submission_id: str, caller: CallerDep, store: StoreDep,
+        grade: Annotated[int | None, Query(ge=1, le=1 << 62)] = None,
+    ) -> Any:  # fmt: skip
+        sub = _submission_of(store, caller, submission_id)
+        grades = store.grades(sub.id)
+        if grade is not None:
+            wanted = [g for g in grades if g.id == grade]
+            if not wanted:
+                raise ApiError(404, f"submission {sub.id} has no grade {grade}")
+        else:
+            wanted = [g for g in grades if g.purpose == "grade" and g.report_sha256]
+        report = store.report(wanted[-1]) if wanted else None
+        if report is None:
+            raise ApiError(404, f"submission {sub.id} has no report yet")
+        return Response(report, media_type="application/json")
+
+    @app.post("/v1/submissions/{submission_id}/regrade", response_model=Regraded,
+              status_code=202)  # fmt: skip
+    def regrade(submission_id: str, caller: CallerDep, store: StoreDep) -> Any:
+        sub = _submission_of(store, caller, submission_id)
+        caller.must_be_operator()
+        return {"grade": store.regrade(sub.id).to_dict()}
+
+
+def _unwritable(store: Store) -> str:
+    """Why the store cannot take a write now ('' when it can): a write transaction begun and
+    rolled back, and a file made and removed in its blob folder."""
+    try:
+        store._db.execute("BEGIN IMMEDIATE")
+        store._db.execute("ROLLBACK")
+        store.blobs.mkdir(exist_ok=True, mode=0o700)
+        probe = store.blobs / f".ready-{threading.get_ident()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except Exception as exc:  # noqa: BLE001 - any failure is the answer; its text names paths
+        return f"the store is not writable ({type(exc).__name__})"
+    return ""
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body as it arrives, refused (413) before it is read when its declared length is over
+    ``limit``, and the moment more than ``limit`` bytes came."""
+    declared = int(request.headers.get("content-length", "0"))  # the gate checked it
+    if declared > limit:
+        raise ApiError(413, f"the body is {declared:,} bytes; this run's limit is {limit:,}")
+    data = bytearray()
+    try:
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > limit:
+                raise ApiError(413, f"the body is over this run's limit of {limit:,} bytes")
+    except ClientDisconnect:
+        raise ApiError(400, f"the body ended after {len(data):,} of {declared:,} bytes") from None
+    return bytes(data)
+
+
+def _store_upload(store: Store, run: Run, data: bytes, limits: UploadLimits, commit_header: str,
+                  note: str, origin: str, force: bool) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    tree = check_upload(data, limits)
+    commit = (commit_header or tree.commit or "").strip().lower()
+    if not _HEX_COMMIT.match(commit):
+        raise ApiError(400, "no commit id: upload the tar that `git archive <commit>` makes or "
+                       f"send X-Grader-Commit (got {commit[:80]!r})")  # fmt: skip
+    if tree.commit and commit != tree.commit:
+        raise ApiError(400, f"X-Grader-Commit {commit} differs from the archive's commit "
+                       f"{tree.commit}")  # fmt: skip
+    submission, new = store.add_submission(
+        run.id, commit=commit, tree=tree.tree, archive=tree.archive, files=len(tree.files),
+        note=note[:500], origin=origin, force=force,
+    )  # fmt: skip
+    return (201 if new else 200), {"submission": runs.submission_view(store, submission),
+                                   "new": new}
+
+
+# ----------------------------------------------------------------------------- the gate
+
+
+class _Gate:
+    """The outermost layer: the framing rules, the body caps before a byte of the body is read,
+    ``Connection: close`` on any reply sent before its request's body was read, and the access
+    log. Plain ASGI, so that it sees every request, the ones no route matches included."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]],
+                 upload_limit: int) -> None:  # fmt: skip
+        self.app = app
+        self.upload_limit = upload_limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.monotonic()
+        method, path = scope["method"], scope["path"]
+        has_body = any(k in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
+        state = {"status": 0, "body_done": not has_body}
+
+        async def receive_tracked() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                state["body_done"] = True
+            return message
+
+        async def send_tracked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                if not state["body_done"]:  # the unread body must not be taken for a request
+                    message["headers"] = [*message.get("headers", []), (b"connection", b"close")]
+            await send(message)
+
+        try:
+            refusal = self._refusal(method, path, scope["headers"])
+            if refusal is not None:
+                await _error(*refusal)(scope, receive, send_tracked)
+            else:
+                await self.app(scope, receive_tracked, send_tracked)
+        except Exception as exc:  # noqa: BLE001 - a reply, not a dropped connection
+            # Its text may name a path of the store's: the operator's log gets it, the reply
+            # says only its kind.
+            log.error("internal error on %s %s", method, path[:200], exc_info=exc)
+            if not state["status"]:
+                await _error(500, f"internal error ({type(exc).__name__}); the service's log "
+                             "has its details")(scope, receive, send_tracked)  # fmt: skip
+        finally:
+            client = (scope.get("client") or ("-",))[0]
+            access_log.info("%s %s %s %s %.1fms", client, method, path[:200], state["status"],
+                            (time.monotonic() - start) * 1000)  # fmt: skip
+
+    def _refusal(self, method: str, path: str,
+                 headers: list[tuple[bytes, bytes]]) -> tuple[int, str] | None:  # fmt: skip
+        if any(k == b"transfer-encoding" for k, _ in headers):
+            return 400, "Transfer-Encoding is not accepted: send a Content-Length"
+        lengths = [v for k, v in headers if k == b"content-length"]
+        if len(lengths) > 1:
+            return 400, f"{len(lengths)} Content-Length headers: send one"
+        if lengths and not re.fullmatch(rb"[0-9]{1,18}", lengths[0].strip()):
+            return 400, f"Content-Length {lengths[0][:40]!r} is not a length"
+        if method not in ("GET", "POST"):
+            if method in _HTTP_METHODS:
+                return 405, f"{method} is not a method of this API (GET and POST)"
+            return 501, f"{method[:20]!r} is not an HTTP method this API knows"
+        if method != "POST":
+            if lengths:
+                return 400, f"a {method} request carries no body and no Content-Length"
+            return None
+        if not lengths:
+            return 411, "a Content-Length header is required"
+        size = int(lengths[0])
+        limit = self.upload_limit if UPLOAD_ROUTE.match(path) else JSON_LIMIT
+        if size > limit:
+            return 413, f"the body is {size:,} bytes; the limit is {limit:,}"
+        return None
+
+
+def status_phrase(status: int) -> str:
+    return HTTPStatus(status).phrase
+
+
+__all__ = ["ApiError", "Caller", "ReadyRule", "Stores", "caller_of", "create_app",
+           "current_store", "operator_only", "status_phrase"]  # fmt: skip

@@ -111,15 +111,27 @@ def _out(args: argparse.Namespace, obj: dict[str, Any], text: str, code: int = 0
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from grader.service.api import make_server
+    import errno
+    import logging
 
-    server = make_server(args.store, args.host, args.port)
+    from grader.service.http_server import make_server
+
+    # One line per request and per event on stderr (grader.service.access, uvicorn's own).
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    try:
+        server = make_server(args.store, args.host, args.port)
+    except OSError as exc:
+        why = ("the port is in use (another service, or this one still running?)"
+               if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc)))  # fmt: skip
+        return _out(args, {"error": f"cannot listen on {args.host}:{args.port}: {why}"},
+                    f"cannot listen on {args.host}:{args.port}: {why}", code=1)  # fmt: skip
     host, port = server.server_address[:2]
     token_file = args.store / "operator.token"
     _out(args, {"url": f"http://{host}:{port}", "store": str(args.store),
                 "operator_token_file": str(token_file)},
          f"serving http://{host}:{port} (store {args.store}; the operator's token is in "
-         f"{token_file})")  # fmt: skip
+         f"{token_file}; OpenAPI at /docs)")  # fmt: skip
     sys.stdout.flush()
     try:
         server.serve_forever()

@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
+from grader.service import presence
 from grader.service.executors import Executor, ExecutorError, GradeRequest
 from grader.service.store import Device, Job, Store, StoreError
 
@@ -378,6 +379,8 @@ class Dispatcher:
                              "dispatcher stopped")  # fmt: skip
 
     def _claim(self, gpus: list[FleetGpu]) -> int:
+        for gpu in gpus:  # seen even when idle (/readyz); written at most every few seconds
+            presence.note(self.store, gpu.worker, gpu.device.name)
         if self.store.queued() <= len(self.running):
             return 0  # nothing but ours (a read): no claim transaction per idle GPU per round
         busy = {r.gpu.uuid for r in self.running.values()}

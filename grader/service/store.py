@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from grader.files import write_whole
+from grader.service import presence
 from grader.service.records import Device, Grade, GradeState, Job, Limits, Run, Submission
 
 SCHEMA_VERSION = 3
@@ -556,6 +557,7 @@ class Store:
         was graded on and, unless allowed, a UUID none of its grades ran on. Expired leases are
         settled first (`expire_leases`).
         """
+        presence.note(self, worker, device.name)  # /readyz: a worker looks even when idle
         self.expire_leases()
         with self._write() as db:
             row = db.execute(
@@ -584,6 +586,7 @@ class Store:
     def heartbeat(self, job: Job, lease_s: float) -> bool:
         """Renew the lease; False when the job is no longer this worker's (its lease expired and
         another attempt began, or it was settled)."""
+        presence.note(self, job.worker, job.device.name)
         with self._write() as db:
             cursor = db.execute("UPDATE grades SET lease_until = ? WHERE id = ? AND state = "
                                 "'running' AND worker = ? AND attempts = ?",
