@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -136,3 +137,30 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def exchange(port: int, raw: bytes) -> bytes:
+    """Send ``raw`` and read until the server closes the connection (or 10 s pass)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(raw)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                raise AssertionError(f"the server kept the connection open after "
+                                     f"{b''.join(chunks)!r}") from None  # fmt: skip
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+def one_reply(data: bytes) -> tuple[int, dict[str, str], dict[str, object]]:
+    """The one response in ``data`` (an assertion error when there are more)."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers["content-length"])
+    assert len(body) == length, f"more than one response on the connection: {data!r}"
+    return status, headers, json.loads(body)

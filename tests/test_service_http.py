@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from service_helpers import call, fake_commit, solution, tree_tar, upload
+from service_helpers import call, exchange, fake_commit, one_reply, solution, tree_tar, upload
 
 from grader.service.archive import UploadLimits
 from grader.service.http_server import GraderServer, make_server
@@ -47,33 +47,6 @@ def live(tmp_path: Path) -> Iterator[Live]:
         server.server_close()
 
 
-def _exchange(port: int, raw: bytes) -> bytes:
-    """Send ``raw`` and read until the server closes the connection (or 10 s pass)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(raw)
-        chunks = []
-        while True:
-            try:
-                chunk = sock.recv(65536)
-            except TimeoutError:
-                raise AssertionError(f"the server kept the connection open after "
-                                     f"{b''.join(chunks)!r}") from None  # fmt: skip
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-
-
-def _one_reply(data: bytes) -> tuple[int, dict[str, str], dict[str, object]]:
-    """The one response in ``data`` (an assertion error when there are more)."""
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    length = int(headers["content-length"])
-    assert len(body) == length, f"more than one response on the connection: {data!r}"
-    return status, headers, json.loads(body)
-
-
 def _request(method: str, token: str, extra: str = "", body: bytes = b"") -> bytes:
     return (f"{method} /v1/whoami HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
             f"{extra}\r\n").encode() + body  # fmt: skip
@@ -97,8 +70,8 @@ AMBIGUOUS = {
 def test_an_ambiguous_request_gets_one_400_and_the_connection_closes(live: Live,
                                                                      name: str) -> None:  # fmt: skip
     # A second, well-formed request follows on the same connection: it must not be answered.
-    data = _exchange(live.port, AMBIGUOUS[name] + _request("GET", live.token))
-    status, headers, body = _one_reply(data)
+    data = exchange(live.port, AMBIGUOUS[name] + _request("GET", live.token))
+    status, headers, body = one_reply(data)
     assert status == 400 and headers["connection"] == "close", (name, data)
     assert headers["content-type"] == "application/json" and body["error"], body
 
@@ -109,13 +82,13 @@ def test_a_plain_get_keeps_the_connection_and_other_methods_get_json(live: Live)
             sock.sendall(_request("GET", live.token))
             head = sock.recv(65536)
             assert head.startswith(b"HTTP/1.1 200"), head
-    status, headers, body = _one_reply(_exchange(live.port, b"DELETE /v1/whoami HTTP/1.1\r\n"
+    status, headers, body = one_reply(exchange(live.port, b"DELETE /v1/whoami HTTP/1.1\r\n"
                                                  b"Host: x\r\nConnection: close\r\n\r\n"))
     assert status == 405 and "not a method" in str(body["error"])
-    head = _exchange(live.port, b"HEAD /v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = exchange(live.port, b"HEAD /v1/whoami HTTP/1.1\r\nHost: x\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 405") and head.endswith(b"\r\n\r\n"), head  # no body
     # What the base class refuses itself (a method it has no handler for) is JSON too.
-    status, headers, body = _one_reply(_exchange(live.port, b"BREW /v1/whoami HTTP/1.1\r\n"
+    status, headers, body = one_reply(exchange(live.port, b"BREW /v1/whoami HTTP/1.1\r\n"
                                                  b"Host: x\r\n\r\n"))
     assert status == 501 and headers["content-type"] == "application/json", body
 

@@ -54,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
@@ -455,17 +456,29 @@ def _routes(app: FastAPI) -> None:
 
 def _unwritable(store: Store) -> str:
     """Why the store cannot take a write now ('' when it can): a write transaction begun and
-    rolled back, and a file made and removed in its blob folder."""
+    rolled back on a connection of its own that waits 2 s at most (a probe must not hang for the
+    store's 60 s), and a file made and removed in its blob folder."""
     try:
-        store._db.execute("BEGIN IMMEDIATE")
-        store._db.execute("ROLLBACK")
+        db = sqlite3.connect(store.db_path, timeout=2.0, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("ROLLBACK")
+        finally:
+            db.close()
         store.blobs.mkdir(exist_ok=True, mode=0o700)
         probe = store.blobs / f".ready-{threading.get_ident()}"
         probe.write_bytes(b"")
         probe.unlink()
-    except Exception as exc:  # noqa: BLE001 - any failure is the answer; its text names paths
-        return f"the store is not writable ({type(exc).__name__})"
+    except (OSError, sqlite3.Error) as exc:  # its text names paths: the kind is the answer
+        return f"the store is not writable ({type(exc).__name__}: {_kind(exc)})"
     return ""
+
+
+def _kind(exc: BaseException) -> str:
+    """An OS or SQLite error without its paths: its errno's name, or SQLite's own words."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) if isinstance(exc, sqlite3.Error) else type(exc).__name__
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -523,7 +536,7 @@ class _Gate:
         start = time.monotonic()
         method, path = scope["method"], scope["path"]
         has_body = any(k in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
-        state = {"status": 0, "body_done": not has_body}
+        state: dict[str, Any] = {"status": 0, "body_done": not has_body}
 
         async def receive_tracked() -> Message:
             message = await receive()
@@ -540,10 +553,13 @@ class _Gate:
 
         try:
             refusal = self._refusal(method, path, scope["headers"])
-            if refusal is not None:
+            if refusal is not None:  # what follows on this connection is not trusted either
+                state["body_done"] = False
                 await _error(*refusal)(scope, receive, send_tracked)
             else:
                 await self.app(scope, receive_tracked, send_tracked)
+        except ClientDisconnect:  # the client went (or was cut off) mid-body: no one to answer
+            state["status"] = state["status"] or "-"
         except Exception as exc:  # noqa: BLE001 - a reply, not a dropped connection
             # Its text may name a path of the store's: the operator's log gets it, the reply
             # says only its kind.

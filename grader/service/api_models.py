@@ -35,7 +35,7 @@ class ErrorBody(BaseModel):
 
 
 class CreateRun(_Request):
-    name: str = Field("", max_length=200)
+    name: str = Field(min_length=1, max_length=200, pattern=r"\S")
     max_per_hour: PositiveLimit = Limits.max_per_hour
     max_upload_bytes: PositiveLimit = Limits.max_upload_bytes
     max_queued: PositiveLimit = Limits.max_queued

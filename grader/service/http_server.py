@@ -59,6 +59,45 @@ def raw_reply(status: int, message: str) -> bytes:
     return head.encode() + body
 
 
+# A connection closed while its client still sends (a refused upload, a bad request followed by
+# more) is closed gently: the reply and a FIN go first, then what still comes is read and dropped,
+# up to these, before the socket closes. Closed at once, the kernel would answer the unread bytes
+# with a reset, and a reset can discard the reply before the client reads it.
+LINGER_S = 2.0
+LINGER_BYTES = 4 << 20
+
+
+class _Lingering:
+    """The connection's transport as uvicorn sees it, with `close` made gentle (above) and any
+    write after it dropped (a route's late reply to a request cut off for its deadline)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: GuardedH11) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._closing = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self._closing or self._transport.is_closing()
+
+    def write(self, data: bytes) -> None:
+        if not self._closing:
+            self._transport.write(data)
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if self._transport.is_closing() or not self._transport.can_write_eof():
+            self._transport.close()
+            return
+        self._transport.write_eof()
+        self._transport.resume_reading()
+        self._protocol.linger()
+
+
 class GuardedH11(H11Protocol):
     """uvicorn's h11 protocol with the first-byte idle timer, the request deadline, the
     connection cap and JSON refusals. `options` is set on a subclass per server."""
@@ -67,7 +106,11 @@ class GuardedH11(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._socket_transport = transport
+        self.transport = _Lingering(transport, self)  # type: ignore[assignment]
         self._deadline: asyncio.TimerHandle | None = None
+        self._dropped: int | None = None  # bytes read and dropped while lingering
+        self._linger_timer: asyncio.TimerHandle | None = None
         if len(self.connections) > self.options.max_connections:
             transport.write(raw_reply(503, f"the service has {self.options.max_connections} "
                                            "connections open: try again shortly"))  # fmt: skip
@@ -76,7 +119,16 @@ class GuardedH11(H11Protocol):
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler)  # fmt: skip
 
+    def linger(self) -> None:
+        self._dropped = 0
+        self._linger_timer = self.loop.call_later(LINGER_S, self._socket_transport.close)
+
     def data_received(self, data: bytes) -> None:
+        if self._dropped is not None:
+            self._dropped += len(data)
+            if self._dropped > LINGER_BYTES:
+                self._socket_transport.close()
+            return
         if self._deadline is None and self.conn.their_state is h11.IDLE:
             self._deadline = self.loop.call_later(self.options.request_s, self._too_slow)
         super().data_received(data)
@@ -85,9 +137,10 @@ class GuardedH11(H11Protocol):
             self._deadline = None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        for timer in (self._deadline, self._linger_timer):
+            if timer is not None:
+                timer.cancel()
+        self._deadline = self._linger_timer = None
         super().connection_lost(exc)
 
     def _too_slow(self) -> None:
