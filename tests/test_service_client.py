@@ -1,5 +1,5 @@
 """The agent's ``submit`` against the operator's service: real HTTP on 127.0.0.1 to the API
-(`grader.service.api.make_server` in a thread), a real git workspace, a worker thread grading with
+(`grader.service.http_server.make_server` in a thread), a real git workspace, a worker thread grading with
 the fast fake grader (`tests/service_fake_grade.py`). The happy path and a refused token run
 ``python -m grader submit`` as the agent does, in a subprocess with only the environment."""
 

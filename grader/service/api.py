@@ -42,8 +42,9 @@ rest).
 
 Framing is strict, so that a keep-alive proxy in front never sees two replies to one request: a
 request other than a POST with a ``Content-Length``, a ``Transfer-Encoding`` (chunked or any
-other), or a ``Content-Length`` that is repeated, negative, not a number or over the limit gets
-its 4xx and the connection is closed without reading the body. An upload is read as it arrives,
+other), two ``Content-Length`` headers that differ (h11 takes equal ones as one), or one that is
+negative, not a number or over the limit (64 KiB for JSON, the run's upload limit for an upload)
+gets its 4xx and the connection is closed without reading the body. An upload is read as it arrives,
 never past the run's limit. Every request is one access-log line (`logging`, logger
 ``grader.service.access``): client, method, path without its query, status, milliseconds; never
 a header, so never a token.

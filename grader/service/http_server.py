@@ -28,7 +28,9 @@ import threading
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
+import anyio.to_thread
 import h11
 import uvicorn
 from fastapi import FastAPI
@@ -162,6 +164,22 @@ class GuardedH11(H11Protocol):
         self.transport.close()
 
 
+class _ThreadBound:
+    """The app, with the event loop's thread pool (where ``def`` routes run) set to ``threads``
+    on the first call (the lifespan's startup): a per-loop setting of anyio's."""
+
+    def __init__(self, app: FastAPI, threads: int) -> None:
+        self.app = app
+        self.threads = threads
+        self._set = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if not self._set:
+            anyio.to_thread.current_default_thread_limiter().total_tokens = self.threads
+            self._set = True
+        await self.app(scope, receive, send)
+
+
 def _protocol(options: ServerOptions) -> type[GuardedH11]:
     return type("GuardedH11", (GuardedH11,), {"options": options})
 
@@ -178,14 +196,9 @@ class GraderServer:
         self._stopped = threading.Event()
         self._stopped.set()
 
-        async def threads() -> None:  # requests run in at most this many threads
-            import anyio.to_thread
-
-            anyio.to_thread.current_default_thread_limiter().total_tokens = options.threads
-
-        app.router.on_startup.append(threads)
         config = uvicorn.Config(
-            app, http=_protocol(options), lifespan="on", access_log=False, log_config=None,
+            _ThreadBound(app, options.threads), http=_protocol(options), lifespan="on",
+            access_log=False, log_config=None,
             timeout_keep_alive=options.keep_alive_s, backlog=options.backlog,  # type: ignore[arg-type]
             timeout_graceful_shutdown=5, server_header=False, proxy_headers=False,
         )  # fmt: skip
