@@ -391,6 +391,41 @@ def test_100_idle_connections_hold_no_threads_and_log_no_tracebacks(
     assert len(caplog.records) < 150, len(caplog.records)  # a line or so a connection at most
 
 
+def test_requests_run_in_a_bounded_pool_of_threads(tmp_path: Path) -> None:
+    """24 requests at once that each wait 2 s in a route (``/readyz`` while a writer holds the
+    store's lock), sent on raw sockets so that the client adds no thread: the server's threads
+    grow by the pool's 8 at most, and every request is answered."""
+    store = tmp_path / "store"
+    Store(store).close()
+    server, thread = _start(store, ServerOptions(keep_alive_s=1.0, request_s=30.0, threads=8))
+    port = server.server_address[1]
+    db = sqlite3.connect(store / "grader.sqlite", isolation_level=None)
+    try:
+        before = _threads()
+        db.execute("BEGIN IMMEDIATE")
+        socks = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(24)]
+        for sock in socks:
+            sock.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        peak = before
+        for _ in range(10):
+            time.sleep(0.3)
+            peak = max(peak, _threads())
+        replies = [exchange_on(sock) for sock in socks]
+        assert all(r.startswith(b"HTTP/1.1 503") for r in replies), replies[:2]
+        assert peak <= before + 8 + 2, (before, peak)
+    finally:
+        db.close()
+        _stop(server, thread)
+
+
+def exchange_on(sock: socket.socket) -> bytes:
+    with sock:
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
 def _rss() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -122,6 +122,14 @@ class ReadyRule:
 
 
 @dataclass(frozen=True)
+class StoreFiles:
+    """Where the store's database and blobs are (what `/readyz` probes, with no connection)."""
+
+    db_path: Path
+    blobs: Path
+
+
+@dataclass(frozen=True)
 class Caller:
     operator: bool
     run: Run | None
@@ -260,6 +268,7 @@ def create_app(store: Store | Path, upload_limits: UploadLimits | None = None,
     with Store(path) as opened:
         opened.operator_token()
         opened.collect_orphans()
+        files = StoreFiles(opened.db_path, opened.blobs)
     if upload_limits is None:
         from grader.config import load_config
 
@@ -269,6 +278,7 @@ def create_app(store: Store | Path, upload_limits: UploadLimits | None = None,
                   responses={400: {"model": ErrorBody}, 401: {"model": ErrorBody},
                              403: {"model": ErrorBody}, 404: {"model": ErrorBody}})  # fmt: skip
     app.state.stores = Stores(path)
+    app.state.store_files = files
     app.state.upload_limits = upload_limits
     app.state.ready = ready or ReadyRule()
     _errors(app)
@@ -336,10 +346,12 @@ def _routes(app: FastAPI) -> None:
 
     @app.get("/readyz", response_model=Ready, tags=["operations"],
              responses={503: {"model": Ready}})  # fmt: skip
-    def readyz(request: Request, store: StoreDep) -> Any:
+    def readyz(request: Request) -> Any:
+        # No store connection: opening one waits out a writer for 60 s; this says so in 2.
         rule: ReadyRule = request.app.state.ready
-        reason = _unwritable(store)
-        workers = presence.seen(store, rule.worker_s)
+        files: StoreFiles = request.app.state.store_files
+        reason = _unwritable(files)
+        workers = presence.seen(files, rule.worker_s)
         if not reason and not workers:
             reason = f"no worker has looked at the queue in the last {rule.worker_s:g} s"
         seen = [{"worker": w.worker, "device": w.device, "seen_s_ago": round(w.age_s, 1)}
@@ -455,7 +467,7 @@ def _routes(app: FastAPI) -> None:
         return {"grade": store.regrade(sub.id).to_dict()}
 
 
-def _unwritable(store: Store) -> str:
+def _unwritable(store: StoreFiles) -> str:
     """Why the store cannot take a write now ('' when it can): a write transaction begun and
     rolled back on a connection of its own that waits 2 s at most (a probe must not hang for the
     store's 60 s), and a file made and removed in its blob folder."""

@@ -26,7 +26,8 @@ from grader.files import write_whole
 class Store(Protocol):
     """`grader.service.store.Store`, as far as this module needs it (the store imports this)."""
 
-    blobs: Path
+    @property
+    def blobs(self) -> Path: ...
 
 _EVERY_S = 5.0
 _last: dict[tuple[Path, str], float] = {}
