@@ -146,6 +146,11 @@ FRAMING = {
     "a POST without a length": (lambda lv: _raw(lv, "POST", "/v1/runs", token=lv.operator), 411),
     "chunked": (lambda lv: _raw(lv, "POST", f"/v1/runs/{lv.run}/submissions", token=lv.token,
                                 extra="Transfer-Encoding: chunked\r\n", body=b"0\r\n\r\n"), 400),
+    "transfer-encoding gzip": (lambda lv: _raw(lv, "POST", "/v1/runs", token=lv.operator,
+                                               extra="Transfer-Encoding: gzip\r\n"), 400),
+    "a length and chunked": (lambda lv: _raw(lv, "POST", "/v1/runs", token=lv.operator,
+                                             extra="Content-Length: 5\r\nTransfer-Encoding: "
+                                                   "chunked\r\n", body=b"0\r\n\r\n"), 400),
     "a GET with a body": (lambda lv: _raw(lv, "GET", "/v1/whoami", token=lv.token,
                                           extra="Content-Length: 2\r\n", body=b"{}"), 400),
     "a malformed request line": (lambda lv: b"GET /v1/whoami HTTP/1.1 extra\r\nHost: x\r\n\r\n",
@@ -166,6 +171,16 @@ def test_bad_framing_gets_one_json_4xx_and_the_connection_closes(live: Live, nam
     _is_error(code, body, status)
     assert headers["content-type"] == "application/json"
     assert took < OPTIONS.request_s, f"{name}: the reply waited for the body ({took:.1f} s)"
+
+
+def test_two_equal_lengths_are_one(live: Live) -> None:
+    """What h11 does: equal ``Content-Length`` headers are merged into one (no ambiguity for a
+    proxy either), differing ones are refused (above)."""
+    data = exchange(live.port, _raw(live, "POST", "/v1/runs", token=live.operator,
+                                    extra="Content-Length: 13\r\nContent-Length: 13\r\n"
+                                          "Connection: close\r\n", body=b'{"name": "x"}'))  # fmt: skip
+    code, _, body = one_reply(data)
+    assert code == 201 and set(body) == {"run", "token"}, body
 
 
 def test_a_body_longer_than_declared_is_cut_at_the_length(live: Live) -> None:
