@@ -441,6 +441,25 @@ def exchange_on(sock: socket.socket) -> bytes:
         return out
 
 
+def test_past_the_connection_cap_a_connection_gets_503_json(tmp_path: Path) -> None:
+    server, thread = _start(tmp_path / "store", ServerOptions(keep_alive_s=5.0, max_connections=5))
+    port = server.server_address[1]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(5)]
+    try:
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            code, _, body = one_reply(exchange_on(extra))
+        assert "connections open" in _is_error(code, body, 503)
+        held.pop().close()
+        time.sleep(0.3)
+        assert call(f"http://127.0.0.1:{port}/healthz", None).status == 200  # room again
+    finally:
+        for sock in held:
+            sock.close()
+        _stop(server, thread)
+
+
 def _rss() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -60,7 +60,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
-from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -91,7 +90,16 @@ from grader.service.api_models import (
     WhoAmI,
 )
 from grader.service.archive import UploadLimits, UploadRejected, check_upload
-from grader.service.store import DB_NAME, LimitExceeded, Limits, Run, Store, StoreError, Unknown
+from grader.service.store import (
+    DB_NAME,
+    LimitExceeded,
+    Limits,
+    Run,
+    Store,
+    StoreError,
+    Submission,
+    Unknown,
+)
 
 _HEX_COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 JSON_LIMIT = 1 << 16  # a JSON body's bytes
@@ -240,7 +248,7 @@ def _run_of(store: Store, caller: Caller, run_id: str) -> Run:
         raise ApiError(404, f"no run {run_id[:80]!r}") from None  # the store's lists every run
 
 
-def _submission_of(store: Store, caller: Caller, submission_id: str) -> Any:
+def _submission_of(store: Store, caller: Caller, submission_id: str) -> Submission:
     """The submission, or 404: the same 404 whether it does not exist or is another run's, and
     never the store's id range (the store's own message gives it)."""
     number = re.fullmatch(r"[0-9]{1,18}", submission_id) is not None
@@ -611,9 +619,5 @@ class _Gate:
         return None
 
 
-def status_phrase(status: int) -> str:
-    return HTTPStatus(status).phrase
-
-
-__all__ = ["ApiError", "Caller", "ReadyRule", "Stores", "caller_of", "create_app",
-           "current_store", "operator_only", "status_phrase"]  # fmt: skip
+__all__ = ["ApiError", "Caller", "ReadyRule", "StoreFiles", "Stores", "caller_of", "create_app",
+           "current_store", "json_body", "operator_only"]  # fmt: skip

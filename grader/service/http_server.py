@@ -6,9 +6,10 @@ shared host needs.
 - **Slow requests**: a request's head and body must arrive within ``request_s`` of its first
   byte, else 408 (if no reply began) and the connection is closed. A client dripping a byte a
   second holds a socket for that long, never a thread.
-- **Connections**: past ``max_connections`` open at once a new one gets 503 and is closed; the
-  listen backlog is ``backlog``; requests run in at most ``threads`` threads. An idle
-  connection holds a socket in the event loop, never a thread.
+- **Connections**: past ``max_connections`` open at once a new one gets 503 (JSON) and is
+  closed; the listen backlog is ``backlog``; requests run in at most ``threads`` threads. An
+  idle connection holds a socket in the event loop, never a thread. (uvicorn's own
+  ``limit_concurrency`` is not used: its 503 is plain text.)
 - **Every reply is JSON**, h11's own refusals of bad framing (a ``Content-Length`` that is not
   a length, two that differ, a malformed head) included. uvicorn's parser is h11 (its
   ``httptools`` one is never chosen): it takes a request body by its declared length only.
@@ -114,9 +115,9 @@ class GuardedH11(H11Protocol):
         self._dropped: int | None = None  # bytes read and dropped while lingering
         self._linger_timer: asyncio.TimerHandle | None = None
         if len(self.connections) > self.options.max_connections:
-            transport.write(raw_reply(503, f"the service has {self.options.max_connections} "
-                                           "connections open: try again shortly"))  # fmt: skip
-            transport.close()
+            self.transport.write(raw_reply(503, f"the service has {self.options.max_connections} "
+                                                "connections open: try again shortly"))  # fmt: skip
+            self.transport.close()
             return
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler)  # fmt: skip
