@@ -9,7 +9,8 @@
 
 Every verb takes ``--json``: one JSON object on stdout, nothing else there. Exit status: 0 done,
 1 the thing asked for does not exist or failed (no run, nothing to finalize, a final that ended in
-grader_error or timed out waiting), 2 a usage error.
+grader_error or timed out waiting; ``serve``: the port cannot be listened on, said in one line),
+2 a usage error. ``serve`` logs one line per request and per event on stderr.
 """
 
 from __future__ import annotations
@@ -114,7 +115,12 @@ def _serve(args: argparse.Namespace) -> int:
     import errno
     import logging
 
-    from grader.service.http_server import make_server
+    try:
+        from grader.service.http_server import make_server
+    except ImportError as exc:  # the service extra is not installed here
+        why = (f"serve needs the service extra (FastAPI, uvicorn): pip install '.[service]' "
+               f"or -r requirements-cpu.txt ({exc})")  # fmt: skip
+        return _out(args, {"error": why}, why, code=1)
 
     # One line per request and per event on stderr (grader.service.access, uvicorn's own).
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
