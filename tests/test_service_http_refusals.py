@@ -590,3 +590,18 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_1(tmp_path: Path) -> None:
             assert "Traceback" not in done.stderr
             if extra:
                 assert "in use" in json.loads(done.stdout)["error"]
+
+
+def test_an_internal_error_is_a_500_that_names_no_path(
+        live: Live, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    from grader.service import runs
+
+    def broken(*_: object) -> None:
+        raise RuntimeError(f"cannot read {live.store}/grader.sqlite")
+
+    monkeypatch.setattr(runs, "run_status", broken)
+    reply = call(f"{live.url}/v1/runs/{live.run}", live.token)
+    text = _is_error(reply.status, reply.body, 500)
+    assert "RuntimeError" in text and str(live.store) not in text, text
+    assert any(str(live.store) in (r.exc_text or "") or r.exc_info for r in caplog.records)
+    assert call(f"{live.url}/v1/runs/{live.run}/best", live.token).status == 200  # serves on
