@@ -164,3 +164,20 @@ def one_reply(data: bytes) -> tuple[int, dict[str, str], dict[str, object]]:
     length = int(headers["content-length"])
     assert len(body) == length, f"more than one response on the connection: {data!r}"
     return status, headers, json.loads(body)
+
+
+def read_reply(sock: socket.socket) -> bytes:
+    """One whole response from a keep-alive connection: its head, then Content-Length bytes
+    (the two may arrive apart)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise AssertionError(f"the connection closed mid-reply: {data!r}")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")[1:]
+                  if line.lower().startswith(b"content-length:"))  # fmt: skip
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from service_helpers import call, exchange, fake_commit, one_reply, solution, tree_tar, upload
+from service_helpers import (
+    call,
+    exchange,
+    fake_commit,
+    one_reply,
+    read_reply,
+    solution,
+    tree_tar,
+    upload,
+)
 
 from grader.service.archive import UploadLimits
 from grader.service.http_server import GraderServer, make_server
@@ -80,8 +89,8 @@ def test_a_plain_get_keeps_the_connection_and_other_methods_get_json(live: Live)
     with socket.create_connection(("127.0.0.1", live.port), timeout=10) as sock:
         for _ in range(2):  # keep-alive: two requests, two replies, one connection
             sock.sendall(_request("GET", live.token))
-            head = sock.recv(65536)
-            assert head.startswith(b"HTTP/1.1 200"), head
+            reply = read_reply(sock)
+            assert reply.startswith(b"HTTP/1.1 200"), reply
     status, headers, body = one_reply(exchange(live.port, b"DELETE /v1/whoami HTTP/1.1\r\n"
                                                  b"Host: x\r\nConnection: close\r\n\r\n"))
     assert status == 405 and "not a method" in str(body["error"])
