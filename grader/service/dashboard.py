@@ -72,6 +72,7 @@ table { border-collapse: collapse; background: #fff; margin: 8px 0 16px; }
 th, td { border: 1px solid #d5d9de; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #eceff2; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.time, td.num { white-space: nowrap; }
 tr.best td { background: #e7f6e9; }
 tr.final td { box-shadow: inset 0 -2px 0 #2f6fb3; }
 .tag { display: inline-block; padding: 0 6px; border-radius: 3px; font-size: 12px;
@@ -162,8 +163,8 @@ submission #{{ final.submission }}: {{ final.final.state }}{% if final.final.sta
 {% endfor %}</td><td><code>{{ s.commit[:12] }}</code></td><td>{{ s.note }}</td>
 <td>{{ s.state }}</td>
 <td class="status {{ s.status | status_class }}">{{ s.status or '-' }}</td>
-<td class="num">{{ s.score | score }}{{ s.score_ci | ci }}</td><td>{{ s.submitted_at }}</td>
-<td>{{ s.graded_at or '-' }}</td>
+<td class="num">{{ s.score | score }}{{ s.score_ci | ci }}</td>
+<td class="time">{{ s.submitted_at }}</td><td class="time">{{ s.graded_at or '-' }}</td>
 <td>{% for g in s.grades %}<a href="{{ base }}/submissions/{{ s.id }}/report?grade={{ g.id }}"
 >{{ g.purpose }} {{ g.id }}</a>{% if g.status %} ({{ g.status }}){% endif %}
 {% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
