@@ -13,7 +13,7 @@ import pytest
 from dashboard_helpers import DashboardServer, fetch
 from markupsafe import escape
 
-from grader.service.dashboard import COOKIE, NOT_TIMED, session_value
+from grader.service.dashboard import COOKIE, ENDED_UNTIMED, NOT_TIMED, session_value
 from grader.service.store import Device, Store
 
 H200_A, H200_B, CPU = (Device("NVIDIA H200", "GPU-aaaa", 0), Device("NVIDIA H200", "GPU-bbbb", 1),
@@ -178,6 +178,9 @@ def test_what_a_submission_wrote_is_shown_as_text(board: dict) -> None:
     assert str(escape(SCRIPT)) in report and "&lt;script&gt;" in report
     assert str(escape(STDERR)) in report.split('id="stderr"')[1]
     assert 'class="status status-failed">crashed' in report
+    # A GPU grade that ended before timing says so, not that a CPU never times.
+    assert str(escape(ENDED_UNTIMED.format(status="crashed"))) in report
+    assert str(escape(NOT_TIMED)) not in report
     run_page = fetch(f"{board['url']}/runs/{board['run']}", token=board["operator"]).text
     assert f"note {escape(SCRIPT)}" in run_page
 
@@ -220,3 +223,26 @@ def test_an_unknown_or_bad_id_is_a_page_saying_so(board: dict, path: str, status
     assert page.status == status, page.body[:300]
     if status == 404 and "plot" not in path:
         assert 'id="error"' in page.text and "no " in page.text
+
+
+def test_a_grade_not_done_and_one_no_attempt_finished_have_their_pages(tmp_path: Path) -> None:
+    """A queued grade says so; a grade whose every attempt failed (the store's own grader_error
+    report: no cases, no timing) shows its reason and attempts."""
+    store_dir = tmp_path / "store"
+    with Store(store_dir) as store:
+        run, _ = store.create_run("r")
+        broken, _ = store.add_submission(run.id, commit="e" * 40, tree="e" * 40, archive=b"e",
+                                         files=1, max_attempts=1)  # fmt: skip
+        job = store.claim("worker-1", CPU, 60.0)
+        assert job is not None and job.submission.id == broken.id
+        store.fail(job, "the executor <broke>")
+        queued = _add(store, run.id, "f")
+        operator = store.operator_token()
+    with DashboardServer(store_dir) as server:
+        url = f"{server.url}/dashboard/submissions"
+        page = fetch(f"{url}/{broken.id}/report", token=operator)
+        assert page.status == 200 and "grader_error" in page.text, page.text[:500]
+        assert "last: worker-1: the executor &lt;broke&gt;" in page.text
+        assert "attempt 1: worker-1: the executor &lt;broke&gt;" in page.text
+        pending = fetch(f"{url}/{queued}/report", token=operator)
+        assert pending.status == 200 and "Not graded yet: this grade is queued." in pending.text

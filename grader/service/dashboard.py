@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import hashlib
 import hmac
 import json
@@ -41,7 +42,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import DictLoader, Environment, StrictUndefined
 from markupsafe import Markup
 
-from grader.report import ShapeTiming
+from grader.config import ConfigError, Score, load_config
+from grader.plot import plot_speedups
+from grader.report import ShapeTiming, TimingReport
 from grader.service.runs import run_report, run_status
 from grader.service.store import Grade, GradeState, Store, StoreError, Unknown
 from grader.service.text import printable
@@ -50,8 +53,10 @@ COOKIE = "grader_dashboard"
 _SESSION_CONTEXT = b"grader dashboard session v1"
 _MAX_FORM_BYTES = 4096  # a token is 43 characters; a login form is never more
 _PLOT_CACHE = 32  # rendered plots kept, by report hash (a report never changes)
-NOT_TIMED = ("Not timed: this grade ran where nothing is timed (the CPU's Triton interpreter), "
-             "so it has no score and no per-shape speedups.")  # fmt: skip
+CPU_DEVICE = "cpu"  # the device name a CPU worker grades under (`grader.service.worker`)
+NOT_TIMED = ("Not timed: this grade ran on the CPU (the Triton interpreter), where nothing is "
+             "timed, so it has no score and no per-shape speedups.")  # fmt: skip
+ENDED_UNTIMED = "Not timed: the grade ended ({status}) before its timing phase."
 
 
 def session_value(operator_token: str) -> str:
@@ -235,16 +240,22 @@ def _shown(value: Any) -> Any:
     return printable(value)
 
 
-def _score(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+# The number filters take whatever a stored report holds: a report is checked before it is
+# stored (`grader.service.verdict`), but a page must not fail on one that is odd.
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+def _score(value: Any) -> str:
+    return f"{value:.4f}" if _is_number(value) else "-" if value is None else str(value)
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4g}" if _is_number(value) else "-" if value is None else str(value)
 
 
 def _ci(ci: Any) -> str:
-    if not (isinstance(ci, list | tuple) and len(ci) == 2) or None in ci:
+    if not (isinstance(ci, list | tuple) and len(ci) == 2 and all(map(_is_number, ci))):
         return ""
     return f" [{ci[0]:.4f}, {ci[1]:.4f}]"
 
@@ -271,37 +282,36 @@ class _Plots:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # pyplot's state is global
         self._done: OrderedDict[str, bytes | None] = OrderedDict()
-        self._score: Any = None
 
     def png(self, digest: str, timing: dict[str, Any]) -> bytes | None:
-        """None when matplotlib is not installed."""
-        from grader.plot import plot_speedups
-        from grader.report import TimingReport
+        """None when matplotlib is not installed.
 
+        Raises:
+            Exception: Whatever the report's timing makes `plot_speedups` raise (the caller
+                answers without the plot).
+        """
         with self._lock:
             if digest in self._done:
                 self._done.move_to_end(digest)
                 return self._done[digest]
             with tempfile.TemporaryDirectory(prefix="grader-plot-") as folder:
                 path = Path(folder) / "plot.png"
-                written = plot_speedups(TimingReport.from_dict(timing), path, self._targets())
+                written = plot_speedups(TimingReport.from_dict(timing), path, _targets())
                 data = path.read_bytes() if written else None
             self._done[digest] = data
             while len(self._done) > _PLOT_CACHE:
                 self._done.popitem(last=False)
             return data
 
-    def _targets(self) -> Any:
-        """The score settings for the plot's target ticks (none drawn if scoring.yaml does not
-        load: the page is still worth showing)."""
-        if self._score is None:
-            from grader.config import ConfigError, load_config
 
-            try:
-                self._score = load_config().score
-            except ConfigError:
-                self._score = False
-        return self._score or None
+@functools.cache
+def _targets() -> Score | None:
+    """The score settings for the plot's target ticks: the service's scoring.yaml (none drawn if
+    it does not load; the plot is still worth showing)."""
+    try:
+        return load_config().score
+    except ConfigError:
+        return None
 
 
 # ----------------------------------------------------------------------------- the router
@@ -435,7 +445,9 @@ class Dashboard:
             "title": f"Submission {sub.id}, grade {grade.id}", "sub": sub, "grade": grade,
             "others": [g for g in self.store.grades(submission_id) if g.id != grade.id],
             "report": report, "reasons": [], "shapes": [], "cases": [], "not_checked": [],
-            "timing_reason": "", "plot": False, "no_plot": "", "not_timed": NOT_TIMED,
+            "timing_reason": "", "plot": False, "no_plot": "",
+            "not_timed": NOT_TIMED if grade.gpu_name == CPU_DEVICE
+            else ENDED_UNTIMED.format(status=grade.status),
         }  # fmt: skip
         if report is None:
             return values
@@ -467,7 +479,11 @@ class Dashboard:
         if not isinstance(timing, dict) or not timing.get("shapes") or grade.report_sha256 is None:
             return Response(f"grade {grade.id} was not timed: it has no plot", 404,
                             media_type="text/plain", headers=HEADERS)  # fmt: skip
-        png = self._plots.png(grade.report_sha256, timing)
+        try:
+            png = self._plots.png(grade.report_sha256, timing)
+        except Exception as exc:  # a report the plot cannot draw: the page shows it without
+            return Response(f"grade {grade.id}'s plot could not be drawn: {exc}", 404,
+                            media_type="text/plain", headers=HEADERS)  # fmt: skip
         if png is None:
             return Response("matplotlib is not installed where the service runs", 404,
                             media_type="text/plain", headers=HEADERS)  # fmt: skip
@@ -559,4 +575,5 @@ def make_router(store: Store) -> APIRouter:
     return router
 
 
-__all__ = ["COOKIE", "HEADERS", "NOT_TIMED", "Dashboard", "make_router", "session_value"]
+__all__ = ["COOKIE", "CPU_DEVICE", "ENDED_UNTIMED", "HEADERS", "NOT_TIMED", "Dashboard",
+           "make_router", "session_value"]  # fmt: skip
