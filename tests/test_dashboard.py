@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from dashboard_helpers import DashboardServer, fetch
@@ -138,6 +139,25 @@ def test_the_login_form_sets_a_strict_http_only_cookie(board: dict) -> None:
     assert out.status == 303 and f'{COOKIE}=""' in out.headers["Set-Cookie"]
     too_long = fetch(f"{url}/login", method="POST", form="token=" + "x" * 5000)
     assert too_long.status == 413
+
+
+def test_the_login_form_comes_back_to_the_page_asked_for_and_only_there(board: dict) -> None:
+    run_page = f"/dashboard/runs/{board['run']}"
+    asked = fetch(board["url"] + f"/runs/{board['run']}")
+    assert asked.status == 401 and f'name="next" value="{run_page}"' in asked.text
+    for wanted, landing in ((run_page, run_page), ("/dashboard/submissions/1/report?grade=2",
+                            "/dashboard/submissions/1/report?grade=2"),
+                            ("https://evil.example/", "/dashboard/"),
+                            ("//evil.example/dashboard/", "/dashboard/"),
+                            ("/dashboard//evil.example/", "/dashboard/"),
+                            ("/dashboard/\\evil.example/", "/dashboard/"),
+                            ("/dashboard/../v1/runs", "/dashboard/"),
+                            ("/dashboard/login", "/dashboard/"),
+                            ("/dashboard/x\r\nSet-Cookie: a=b", "/dashboard/"),
+                            ("", "/dashboard/")):  # fmt: skip
+        done = fetch(f"{board['url']}/login", method="POST",
+                     form=f"token={board['operator']}&next={quote(wanted)}")  # fmt: skip
+        assert done.status == 303 and done.headers["Location"] == landing, wanted
 
 
 def test_the_runs_page_lists_every_run(board: dict) -> None:

@@ -1,7 +1,8 @@
 """The operators' dashboard: the store as server-rendered HTML pages, behind the operator token.
 
     GET  /dashboard/login                              the login form (no token needed)
-    POST /dashboard/login                              ``token=…`` → a session cookie, 303 to /
+    POST /dashboard/login                              ``token=…&next=…`` → a session cookie,
+                                                       303 to the page asked for (or /)
     POST /dashboard/logout                             the cookie cleared, 303 to the form
     GET  /dashboard/                                   every run: counts by state, best, final
     GET  /dashboard/runs/RUN                           its submissions, the best and final marked
@@ -123,6 +124,7 @@ _TEMPLATES = {
 <form method="post" action="{{ base }}/login">
 <label for="token">Operator token</label>
 <input type="password" id="token" name="token" autocomplete="current-password" required>
+<input type="hidden" name="next" value="{{ next }}">
 <button type="submit" id="login">Log in</button></form>
 <p class="note">The token is in <code>operator.token</code> in the store's folder (the service
 makes it on its first start). A script may send <code>Authorization: Bearer &lt;token&gt;</code>
@@ -378,10 +380,17 @@ class Dashboard:
             headers["WWW-Authenticate"] = 'Bearer realm="grader dashboard"'
         return HTMLResponse(html, status, headers=headers)
 
-    def denied(self, request: Request, denied: _Denied) -> HTMLResponse:
-        """401: the login form with why; 403: why, with the form (to log in as the operator)."""
+    def denied(
+        self, request: Request, denied: _Denied, next_page: str | None = None
+    ) -> HTMLResponse:
+        """401: the login form with why; 403: why, with the form (to log in as the operator).
+        The form comes back to ``next_page``, by default the page that was asked for."""
+        if next_page is None:
+            query = request.url.query
+            next_page = request.url.path + (f"?{query}" if query else "")
         return self.page(request, "login", denied.status, signed_in=False,
-                         title="Operator login", error=denied.message)  # fmt: skip
+                         title="Operator login", error=denied.message,
+                         next=next_page)  # fmt: skip
 
     def guarded(self, request: Request, template: str, view: Any, *args: Any) -> Response:
         """``view(*args)`` (the page's values, read under the store's lock) rendered, for the
@@ -496,8 +505,20 @@ def _matplotlib() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
+def _landing(base: str, wanted: str) -> str:
+    """Where a login goes: the dashboard page it was asked from, never anywhere else (an open
+    redirect would lend this host's name to another's page)."""
+    plain = (
+        wanted.isascii()
+        and wanted.isprintable()
+        and not any(part in wanted for part in ("//", "\\", "/."))
+    )
+    page = wanted.startswith(f"{base}/") and not wanted.startswith(f"{base}/log")
+    return wanted if plain and page else f"{base}/"
+
+
 def _id(text: str, what: str) -> int:
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:
         raise ValueError(f"a {what} id is a number, not {text[:40]!r}")
     return int(text)
 
@@ -510,7 +531,8 @@ def make_router(store: Store) -> APIRouter:
 
     @router.get("/login")
     def login_form(request: Request) -> Response:
-        return board.page(request, "login", signed_in=False, title="Operator login", error=None)
+        return board.page(request, "login", signed_in=False, title="Operator login", error=None,
+                          next="")  # fmt: skip
 
     @router.post("/login")
     async def login(request: Request) -> Response:
@@ -518,18 +540,19 @@ def make_router(store: Store) -> APIRouter:
         async for chunk in request.stream():
             body += chunk
             if len(body) > _MAX_FORM_BYTES:
-                return board.denied(
-                    request, _Denied(413, f"the login form is at most {_MAX_FORM_BYTES} bytes")
-                )
-        token = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0].strip()
+                too_long = _Denied(413, f"the login form is at most {_MAX_FORM_BYTES} bytes")
+                return board.denied(request, too_long, "")
+        form = parse_qs(body.decode("utf-8", "replace"))
+        token = form.get("token", [""])[0].strip()
+        next_page = form.get("next", [""])[0]
         try:
             if not token:
                 raise _Denied(401, "enter the operator's token")
             board.check_token(token)
         except _Denied as denied:
-            return board.denied(request, denied)
+            return board.denied(request, denied, next_page)
         base = request.scope.get("root_path", "") + "/dashboard"
-        reply = RedirectResponse(f"{base}/", 303, headers=HEADERS)
+        reply = RedirectResponse(_landing(base, next_page), 303, headers=HEADERS)
         reply.set_cookie(COOKIE, session_value(token), path=base, httponly=True,
                          samesite="strict", secure=request.url.scheme == "https")  # fmt: skip
         return reply
