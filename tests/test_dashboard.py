@@ -247,7 +247,8 @@ def test_an_unknown_or_bad_id_is_a_page_saying_so(board: dict, path: str, status
 
 def test_a_grade_not_done_and_one_no_attempt_finished_have_their_pages(tmp_path: Path) -> None:
     """A queued grade says so; a grade whose every attempt failed (the store's own grader_error
-    report: no cases, no timing) shows its reason and attempts."""
+    report: no cases, no timing) shows its reason and attempts; a timing phase that timed no
+    shape says so, with no plot."""
     store_dir = tmp_path / "store"
     with Store(store_dir) as store:
         run, _ = store.create_run("r")
@@ -256,6 +257,11 @@ def test_a_grade_not_done_and_one_no_attempt_finished_have_their_pages(tmp_path:
         job = store.claim("worker-1", CPU, 60.0)
         assert job is not None and job.submission.id == broken.id
         store.fail(job, "the executor <broke>")
+        early = _add(store, run.id, "g")
+        _grade(store, H200_A, json.dumps({
+            "status": "timing_failed", "score": 0.0, "reasons": ["the baselines did not start"],
+            "timing": {"profile": "h200", "shapes": [], "status": "check_failed",
+                       "reason": "the baselines did not start"}}))  # fmt: skip
         queued = _add(store, run.id, "f")
         operator = store.operator_token()
     with DashboardServer(store_dir) as server:
@@ -264,5 +270,8 @@ def test_a_grade_not_done_and_one_no_attempt_finished_have_their_pages(tmp_path:
         assert page.status == 200 and "grader_error" in page.text, page.text[:500]
         assert "last: worker-1: the executor &lt;broke&gt;" in page.text
         assert "attempt 1: worker-1: the executor &lt;broke&gt;" in page.text
+        timing = fetch(f"{url}/{early}/report", token=operator).text
+        assert "No per-shape timings: the timing phase ended (check_failed)" in timing
+        assert 'id="plot"' not in timing and "Timing: the baselines did not start" in timing
         pending = fetch(f"{url}/{queued}/report", token=operator)
         assert pending.status == 200 and "Not graded yet: this grade is queued." in pending.text

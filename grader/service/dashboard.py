@@ -468,6 +468,11 @@ class Dashboard:
             values["shapes"] = [{**_SHAPE, **s} for s in timing.get("shapes") or []]
             values["timing_reason"] = timing.get("reason") or ""
             values["plot"] = bool(values["shapes"])
+            if not values["shapes"]:
+                values["not_timed"] = (
+                    "No per-shape timings: the timing phase ended "
+                    f"({timing.get('status')}) before any shape was timed."
+                )
             if values["plot"] and not _matplotlib():
                 values.update(
                     plot=False,
