@@ -300,6 +300,11 @@ class TimingReport:
     warmup: int = 0
     wall_s: float = 0.0
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TimingReport:
+        """A report's ``timing`` object read back (the service's dashboard plots it)."""
+        return _from_jsonable(cls, data)
+
 
 @dataclass(frozen=True)
 class GradeReport:

@@ -399,6 +399,11 @@ class Store:
                    Limits(row["max_per_hour"], row["max_upload_bytes"],
                           row["max_queued"]))  # fmt: skip
 
+    def runs(self) -> list[Run]:
+        """Every run, the oldest first."""
+        ids = [r[0] for r in self._db.execute("SELECT id FROM runs ORDER BY created_at, id")]
+        return [self.run(run_id) for run_id in ids]
+
     def run_of_token(self, token: str) -> Run | None:
         row = self._db.execute("SELECT id FROM runs WHERE token_sha256 = ?",
                                (_token_hash(token),)).fetchone()  # fmt: skip
