@@ -1,53 +1,40 @@
-"""Helpers of the dashboard's tests: its router in a FastAPI app of its own, served by uvicorn on
-a free port of 127.0.0.1 in a thread, and requests that see every reply as it is (no redirect
+"""Helpers of the dashboard's tests: the service with its dashboard, served by uvicorn on a free
+port of 127.0.0.1 in a thread, and requests that see every reply as it is (no redirect
 followed, no error raised)."""
 
 from __future__ import annotations
 
 import http.client
-import socket
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import uvicorn
-from fastapi import FastAPI
-
-from grader.service.dashboard import make_router
+from grader.service.http_server import make_server
 from grader.service.store import Store
 
 
 class DashboardServer:
-    """``make_router(store)`` in an app of its own, on uvicorn, until the ``with`` ends."""
+    """The service as ``grader serve`` runs it (`make_server`: the API, its framing gate and the
+    dashboard) on a free port of 127.0.0.1 in a thread, until the ``with`` ends; ``store`` is the
+    test's own connection to the same store."""
 
     def __init__(self, store_dir: Path) -> None:
         self.store = Store(store_dir)
-        app = FastAPI()
-        app.include_router(make_router(self.store))
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
-                                        daemon=True)  # fmt: skip
+        self._server = make_server(store_dir, port=0)
+        host, port = self._server.server_address[:2]
+        self.url = f"http://{host}:{port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> DashboardServer:
+        # The socket listens from `make_server` on: requests wait in its backlog until it serves.
         self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
+        self._server.shutdown()
         self._thread.join(timeout=10)
-        self._sock.close()
+        self._server.server_close()
         self.store.close()
 
 

@@ -291,6 +291,13 @@ def create_app(store: Store | Path, upload_limits: UploadLimits | None = None,
     app.state.ready = ready or ReadyRule()
     _errors(app)
     _routes(app)
+    # The operators' pages (HTML, the operator's token or its session cookie): a connection of
+    # their own, read under the dashboard's lock; closed with the app.
+    from grader.service.dashboard import make_router
+
+    board_store = Store(path)
+    app.state.dashboard_store = board_store
+    app.include_router(make_router(board_store))
     app.add_middleware(_Gate, upload_limit=upload_limits.max_upload_bytes)
     return app
 
