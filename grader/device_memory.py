@@ -37,6 +37,9 @@ FULL_DEVICE_FRACTION = 0.9
 # How often the parent asks NVML for a child's memory (each call costs about a millisecond).
 SAMPLE_EVERY_S = 0.25
 _SHOWN = 5  # holders named in a reason; the rest are counted
+# torch's allocator, the CUDA runtime's and driver's codes, and Triton's launcher.
+_CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
+                       r"CUDA_ERROR_OUT_OF_MEMORY|\[CUDA\]: out of memory")
 _UNITS = {"B": 1, "bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
 
@@ -223,7 +226,7 @@ def holders(processes: Sequence[GpuProcess], grader_pid: int | None = None) -> s
 def is_cuda_oom(error: str) -> bool:
     """Whether ``error`` is torch's CUDA out-of-memory error (a host ``MemoryError`` and the
     watchdog's resident-memory kill are the process's own, never the device's)."""
-    return "CUDA out of memory" in error or "OutOfMemoryError" in error
+    return _CUDA_OOM.search(error) is not None
 
 
 def torch_figures(error: str) -> tuple[int | None, int | None]:
@@ -281,6 +284,15 @@ def blame(own: OwnUse, share: int, device: DeviceMemory | None, own_pids: Collec
                  f"{gib(device.total_bytes)} free now; {mine}")  # fmt: skip
 
 
+def grader_short(device: DeviceMemory | None, what: str, grader_pid: int | None = None) -> str:
+    """The reason for a trusted process of the grader (its oracle, the baselines) that ran out of
+    GPU memory: never the submission's doing; the holders named where NVML can tell."""
+    held = (f"{holders(device.others(()), grader_pid)}; {gib(device.free_bytes)} of "
+            f"{gib(device.total_bytes)} free now" if device is not None
+            else "NVML cannot list the device's processes here")  # fmt: skip
+    return f"{DEVICE_SHORT}{what} ran out of GPU memory: {held}"
+
+
 def shortfall(device: DeviceMemory | None, peak_device_memory_gib: float,
               grader_pid: int | None = None) -> str:  # fmt: skip
     """Why a grade of a profile with this peak cannot start on ``device`` now (a reason starting
@@ -303,6 +315,7 @@ __all__ = [
     "GpuProcess",
     "OwnUse",
     "blame",
+    "grader_short",
     "holders",
     "is_cuda_oom",
     "own_use",

@@ -286,6 +286,13 @@ def judge_gate_oom(
     return Status.OUT_OF_MEMORY, reasons
 
 
+def _harness_out_of_memory(gate: GateResult) -> bool:
+    """A gate child's harness failed for GPU memory before it armed, so before any submission
+    code ran (its CUDA context or warm-up on a full device)."""
+    return any(c.exit_code == ChildExit.HARNESS_ERROR and c.armed_tasks is None
+               and device_memory.is_cuda_oom(c.stderr_tail) for c in gate.children)  # fmt: skip
+
+
 def judge_timing_oom(reason: str, profile: Profile,
                      device: device_memory.DeviceMemory | None) -> device_memory.Blame:  # fmt: skip
     """A timing child's ``out_of_memory``, judged as the gate's is, on the child's own figures
@@ -381,6 +388,11 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
         status, reasons = gate_status(gate)
         if status is Status.OUT_OF_MEMORY and gpu is not None:
             status, reasons = judge_gate_oom(gate, reasons, profile, _device(system, gpu))
+        elif gpu is not None and _harness_out_of_memory(gate):
+            status = Status.GRADER_ERROR
+            what = "the gate's harness (before the submission ran)"
+            reasons = [device_memory.grader_short(_device(system, gpu), what, os.getpid()),
+                       *reasons]  # fmt: skip
         utils = [c.max_utilisation for c in gate.cases if c.max_utilisation is not None]
         findings: tuple[RuleFinding, ...] = (*gate.findings, *static)
         checked = [
@@ -431,13 +443,21 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
                     and device_memory.is_cuda_oom(timing.reason)):
                 found = judge_timing_oom(timing.reason, profile, _device(system, gpu))
                 status, reasons = found.status, [found.reason, *reasons]
+            elif status is Status.GRADER_ERROR and device_memory.is_cuda_oom(timing.reason):
+                reasons.insert(0, device_memory.grader_short(
+                    _device(system, gpu), "the timing's trusted process", os.getpid()))
             return report(status, reasons, timing=timing, **fields)
         return report(Status.SCORED, [], score=timing.score, timing=timing, **fields)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure is a report too
         import traceback
 
         detail = traceback.format_exc(limit=6)
-        return report(Status.GRADER_ERROR, [f"grader error: {exc!r}", detail])
+        why = [f"grader error: {exc!r}", detail]
+        if gpu is not None and device_memory.is_cuda_oom(f"{type(exc).__name__}: {exc}"):
+            # The grader's own process (the fp64 oracle) found the device full.
+            why.insert(0, device_memory.grader_short(_device(system, gpu), "the grader",
+                                                     os.getpid()))  # fmt: skip
+        return report(Status.GRADER_ERROR, why)
     finally:
         if early is not None:
             early.cancel()

@@ -204,3 +204,31 @@ def test_a_timing_childs_oom_is_judged_on_its_own_figures() -> None:
     assert found.status is Status.GRADER_ERROR and "torch's out-of-memory message" in found.reason
     found = judge_timing_oom(f"out of GPU memory: {TORCH_OOM}", _profile(4), crowded())
     assert found.status is Status.OUT_OF_MEMORY  # 3.5 held + 2 tried > 4
+
+
+def test_the_graders_own_processes_on_a_full_device() -> None:
+    why = dm.grader_short(crowded(), "the grader", grader_pid=os.getpid())
+    assert why.startswith(DEVICE_SHORT + "the grader ran out of GPU memory: 3 other processes")
+    assert "pid 1234 python3 120.0 GiB" in why and "1.0 GiB of 140.0 GiB free now" in why
+    assert dm.grader_short(None, "the grader").endswith("NVML cannot list the device's "
+                                                        "processes here")  # fmt: skip
+    for error in ("RuntimeError: CUDA error: out of memory",
+                  "RuntimeError: Triton Error [CUDA]: out of memory",
+                  "cuInit failed: CUDA_ERROR_OUT_OF_MEMORY"):
+        assert dm.is_cuda_oom(error), error
+
+
+def test_a_harness_that_ran_out_before_arming_is_the_graders() -> None:
+    from grader.grade import _harness_out_of_memory
+
+    def gate(code: int, armed: int | None, tail: str) -> GateResult:
+        child = ChildResult(outcome=Outcome.EXITED, exit_code=code, signal=None, wall_s=1.0,
+                            peak_rss_mb=1.0, peak_tasks=1, stderr_tail=tail,
+                            armed_tasks=armed)  # fmt: skip
+        return GateResult(items=(), cases=(), findings=(), child=child, children=(child,))
+
+    tail = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB."
+    assert _harness_out_of_memory(gate(ChildExit.HARNESS_ERROR, None, tail))
+    assert not _harness_out_of_memory(gate(ChildExit.HARNESS_ERROR, 12, tail))  # it had armed
+    assert not _harness_out_of_memory(gate(ChildExit.HARNESS_ERROR, None, "KeyError: 'x'"))
+    assert not _harness_out_of_memory(gate(ChildExit.SUBMISSION_ERROR, None, tail))
