@@ -628,6 +628,10 @@ def _item_result(item: GateItem, talk: _Conversation, child: ChildResult, secret
     try:
         checks = evaluate_item(item, data, secret, config, device, oracle_device,
                                inputs=talk.inputs.pop(item.index, None))  # fmt: skip
+    except torch.OutOfMemoryError:
+        # The grader's own oracle found the GPU full: never a failed item, a grader_error naming
+        # the device's holders (grader.grade).
+        raise
     except Exception as exc:  # noqa: BLE001 - malformed outputs fail the item
         return case_result(item, [], wall, f"unreadable output: {exc!r}")
     return case_result(item, checks, wall)

@@ -232,3 +232,20 @@ def test_a_harness_that_ran_out_before_arming_is_the_graders() -> None:
     assert not _harness_out_of_memory(gate(ChildExit.HARNESS_ERROR, 12, tail))  # it had armed
     assert not _harness_out_of_memory(gate(ChildExit.HARNESS_ERROR, None, "KeyError: 'x'"))
     assert not _harness_out_of_memory(gate(ChildExit.SUBMISSION_ERROR, None, tail))
+
+
+def test_the_oracle_running_out_of_gpu_memory_is_not_a_failed_item(monkeypatch) -> None:
+    """The parent's fp64 oracle on a full GPU raises through the gate (a grader_error naming the
+    holders), where a malformed output fails its item."""
+    import torch
+
+    from grader import gate
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(gate, "evaluate_item", full)
+    item = SimpleNamespace(index=0, name="c3")
+    talk = SimpleNamespace(done={0: 1.0}, failed={}, current=None, outputs={0: {}}, inputs={})
+    with pytest.raises(torch.OutOfMemoryError):
+        gate._item_result(item, talk, None, 1, None, "cuda:0", "cuda:0")  # type: ignore[arg-type]
