@@ -34,7 +34,8 @@ GIB = 1 << 30
 # must be this nearly empty before a grade starts: the grade then relies on PyTorch's caching
 # allocator reserving less where less is there.
 FULL_DEVICE_FRACTION = 0.9
-# How often the parent asks NVML for a child's memory (each call costs about a millisecond).
+# How often the parent asks NVML for a child's memory: the watchdog polls every 20 ms, and one
+# process list a poll would be a cost on the parent's thread for no better figure.
 SAMPLE_EVERY_S = 0.25
 _SHOWN = 5  # holders named in a reason; the rest are counted
 # torch's allocator, the CUDA runtime's and driver's codes, and Triton's launcher.
