@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from grader_helpers import corpus_workspace  # noqa: E402
 
 from grader.config import load_config  # noqa: E402
-from grader.device_memory import GIB  # noqa: E402
+from grader.device_memory import GIB, read_device  # noqa: E402
 
 EXPECTED = {"naive_triton": {"scored", "grader_error"},
             "wrong_conv_grad": {"gate_failed", "grader_error"}}  # fmt: skip
@@ -62,6 +62,10 @@ class Hog:
         self.pid = self.proc.pid
         self.said: list[str] = []
         self._line(120.0)
+        # NVML lists the host's pids: inside a PID namespace the hog's own is not among them, and
+        # a reason cannot name it by the pid this process knows.
+        seen = read_device(index=0)
+        self.visible = seen is not None and self.pid in {p.pid for p in seen.processes}
 
     def _line(self, timeout: float) -> None:
         assert self.proc.stdout is not None
@@ -105,15 +109,16 @@ def grade(ws: Path, out: Path, timeout: float, *extra: str) -> tuple[Report | No
     return report, rc, wall
 
 
-def judge(entry: str, report: dict[str, Any] | None, hog_pid: int) -> str:
-    """"" when the verdict is an honest one on a crowded device, else why not."""
+def judge(entry: str, report: dict[str, Any] | None, hog_pid: int, visible: bool = True) -> str:
+    """"" when the verdict is an honest one on a crowded device, else why not (``visible``:
+    NVML lists the hog by the pid we know)."""
     if report is None:
         return "no report"
     status, reasons = report["status"], report.get("reasons") or [""]
     if status not in EXPECTED[entry]:
         return f"status {status}, expected one of {sorted(EXPECTED[entry])}"
-    if status == "grader_error" and not (reasons[0].startswith("device short: ")
-                                         and f"pid {hog_pid} " in reasons[0]):  # fmt: skip
+    named = f"pid {hog_pid} " in reasons[0] or not visible
+    if status == "grader_error" and not (reasons[0].startswith("device short: ") and named):
         return f"grader_error not naming the hog (pid {hog_pid}): {reasons[0][:300]}"
     return ""
 
@@ -171,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             report, rc, wall = grade(ws, args.out / f"crowded-{part}-{entry}.json",
                                      min(120, max(left / 2, 30)), "--profile", "smoke")  # fmt: skip
             said = hog.stop()
-            why = judge(entry, report, hog.pid)
+            why = judge(entry, report, hog.pid, hog.visible)
             row = {"part": part, "entry": entry, "hog_pid": hog.pid, "hog": said, "rc": rc,
+                   "hog_listed_by_nvml": hog.visible,
                    "wall_s": round(wall, 1), "status": report and report["status"],
                    "reasons": (report or {}).get("reasons", [])[:2], "ok": not why, "why": why}
             results["grades"].append(row)

@@ -249,3 +249,26 @@ def test_the_oracle_running_out_of_gpu_memory_is_not_a_failed_item(monkeypatch) 
     talk = SimpleNamespace(done={0: 1.0}, failed={}, current=None, outputs={0: {}}, inputs={})
     with pytest.raises(torch.OutOfMemoryError):
         gate._item_result(item, talk, None, 1, None, "cuda:0", "cuda:0")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("armed", "tail", "status"), [
+    (None, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB", "grader_error"),
+    (40, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB", "crashed"),
+    (None, "KeyError: 'x'", "crashed"),
+])  # fmt: skip
+def test_a_timing_harness_out_of_gpu_memory_before_arming_is_the_graders(armed, tail,
+                                                                          status) -> None:
+    """Before the submission's timing process arms, only its harness ran: a CUDA out-of-memory
+    error then is the device's (grader.grade names the holders), never a crash of the
+    submission's."""
+    from grader.conversation import Child
+
+    ended = ChildResult(outcome=Outcome.EXITED, exit_code=ChildExit.HARNESS_ERROR, signal=None,
+                        wall_s=1.0, peak_rss_mb=1.0, peak_tasks=1, stderr_tail=tail,
+                        detail="exited with status 1", armed_tasks=armed)  # fmt: skip
+    child = Child("submission", SimpleNamespace(finish=lambda: ended), None, trusted=False)  # type: ignore[arg-type]
+    stop = child.stop()
+    assert stop.status == status
+    if status == "grader_error":
+        assert "harness ran out of GPU memory before the submission ran" in stop.reason
+        assert dm.is_cuda_oom(stop.reason)
