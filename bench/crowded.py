@@ -14,7 +14,9 @@ Three parts, in this order (the peak takes the time left):
 2. grow: the hog leaves room for the grade to start (the profile's peak + 2.5 GiB), then takes all
    but 2 GiB once the grade's first process appears on the GPU: the device fills mid-grade, the
    case the pre-checks cannot catch. Same expectations.
-3. peak: the naive control graded alone with ``--peak-profile`` while NVML's device-wide used
+3. own: no hog; a submission whose forward allocates GPU memory without bound (`HOARD`): its own
+   process over its share, so ``out_of_memory`` is the honest verdict here.
+4. peak: the naive control graded alone with ``--peak-profile`` while NVML's device-wide used
    memory is sampled every 0.1 s: the whole grade's peak over what the device held before, the
    figure scoring.yaml's ``peak_device_memory_gib`` states (a grade cut by the deadline still
    reports the peak it reached, marked partial).
@@ -41,13 +43,28 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from grader_helpers import corpus_workspace  # noqa: E402
+from grader_helpers import NAIVE, corpus_workspace, make_workspace  # noqa: E402
 
 from grader.config import load_config  # noqa: E402
 from grader.device_memory import GIB, read_device  # noqa: E402
 
 EXPECTED = {"naive_triton": {"scored", "grader_error"},
-            "wrong_conv_grad": {"gate_failed", "grader_error"}}  # fmt: skip
+            "wrong_conv_grad": {"gate_failed", "grader_error"},
+            "gpu_hoard": {"out_of_memory"}}  # fmt: skip
+# A submission that is its own crowd: 1 GiB more on the GPU at every turn until it runs out.
+HOARD = '''"""Allocates GPU memory without bound in the forward (bench/crowded.py)."""
+
+import torch
+from naive_triton import DilatedResidualBlock as _Naive
+
+_hoard = []
+
+
+class DilatedResidualBlock(_Naive):
+    def forward(self, x):
+        while True:
+            _hoard.append(torch.empty(1 << 30, dtype=torch.uint8, device=x.device))
+'''
 
 
 class Hog:
@@ -157,36 +174,54 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--deadline-s", type=float, default=530.0)
     ap.add_argument("--peak-profile", default=None, help="the peak's profile (default: the GPU's)")
-    ap.add_argument("--parts", default="fill,grow,peak", help="which parts, comma-separated")
+    ap.add_argument("--parts", default="fill,grow,own,peak", help="which, comma-separated")
     args = ap.parse_args(argv)
     wanted = set(args.parts.split(","))
-    if not wanted <= {"fill", "grow", "peak"}:
-        ap.error(f"--parts: {sorted(wanted - {'fill', 'grow', 'peak'})} are not parts")
+    if not wanted <= {"fill", "grow", "own", "peak"}:
+        ap.error(f"--parts: {sorted(wanted - {'fill', 'grow', 'own', 'peak'})} are not parts")
     start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "workspaces"
-    spaces = {e: corpus_workspace(e, work / e) for e in EXPECTED}
+    spaces = {e: corpus_workspace(e, work / e) for e in ("naive_triton", "wrong_conv_grad")}
     smoke_peak = load_config().timing.profiles["smoke"].peak_device_memory_gib
     results: dict[str, Any] = {"grades": [], "failures": []}
-    parts = (("fill", 4.0, None), ("grow", smoke_peak + 2.5, 2.0))
-    for part, keep, grow in (p for p in parts if p[0] in wanted):
+
+    def record(part: str, entry: str, graded: tuple[Report | None, int, float],
+               hog: Hog | None = None) -> None:  # fmt: skip
+        report, rc, wall = graded
+        said = hog.stop() if hog is not None else []
+        why = judge(entry, report, hog.pid, hog.visible) if hog else judge(entry, report, -1)
+        row = {"part": part, "entry": entry, "rc": rc, "wall_s": round(wall, 1),
+               "status": report and report["status"],
+               "reasons": (report or {}).get("reasons", [])[:2], "ok": not why, "why": why}
+        if hog is not None:
+            row |= {"hog_pid": hog.pid, "hog": said, "hog_listed_by_nvml": hog.visible}
+        results["grades"].append(row)
+        if why:
+            results["failures"].append(f"{part} {entry}: {why}")
+        verdict = "OK" if not why else f"UNEXPECTED: {why}"
+        print(f"{part} {entry}: {row['status']} rc={rc} wall={wall:.0f}s hog={said} {verdict}"
+              f"\n    {str(row['reasons'][:1])[:400]}", flush=True)  # fmt: skip
+
+    parts = [p for p in (("fill", 4.0, None), ("grow", smoke_peak + 2.5, 2.0)) if p[0] in wanted]
+    todo = [len(spaces) * len(parts) + ("own" in wanted)]
+
+    def budget() -> float:
+        """A grade's share of the deadline left (the peak's part takes what remains after)."""
+        left = args.deadline_s - (time.monotonic() - start) - 15 * todo[0]  # hogs, imports
+        todo[0] -= 1
+        return min(120.0, max(20.0, left / max(todo[0] + 1, 1)))
+
+    for part, keep, grow in parts:
         for entry, ws in spaces.items():
             hog = Hog(keep, grow)
-            left = args.deadline_s - (time.monotonic() - start) - 60
-            report, rc, wall = grade(ws, args.out / f"crowded-{part}-{entry}.json",
-                                     min(120, max(left / 2, 30)), "--profile", "smoke")  # fmt: skip
-            said = hog.stop()
-            why = judge(entry, report, hog.pid, hog.visible)
-            row = {"part": part, "entry": entry, "hog_pid": hog.pid, "hog": said, "rc": rc,
-                   "hog_listed_by_nvml": hog.visible,
-                   "wall_s": round(wall, 1), "status": report and report["status"],
-                   "reasons": (report or {}).get("reasons", [])[:2], "ok": not why, "why": why}
-            results["grades"].append(row)
-            if why:
-                results["failures"].append(f"{part} {entry}: {why}")
-            verdict = "OK" if not why else f"UNEXPECTED: {why}"
-            print(f"{part} {entry}: {row['status']} rc={rc} wall={wall:.0f}s hog={said} "
-                  f"{verdict}\n    {str(row['reasons'][:1])[:400]}", flush=True)  # fmt: skip
+            record(part, entry, grade(ws, args.out / f"crowded-{part}-{entry}.json", budget(),
+                                      "--profile", "smoke"), hog)  # fmt: skip
+    if "own" in wanted:
+        ws = make_workspace(work / "gpu_hoard", {"naive_triton.py": NAIVE.read_text(),
+                                                 "solution.py": HOARD})  # fmt: skip
+        record("own", "gpu_hoard", grade(ws, args.out / "crowded-own-gpu_hoard.json", budget(),
+                                         "--profile", "smoke"))  # fmt: skip
     left = args.deadline_s - (time.monotonic() - start)
     if "peak" in wanted and left > 60:
         sampler = Sampler()
