@@ -72,6 +72,15 @@
 #                                           #   whole grade of the naive control (64-thread pools)
 #   bash bench/gpu_session.sh tail          # ~8 min: a step's tail under the default and a
 #                                           #   spinning host wait, in one process and in timing
+#   bash bench/gpu_session.sh crowded       # ~9 min (not yet run): issue 38 on a crowded GPU
+#                                           #   (bench/crowded.py): a hog holds all but 4 GiB,
+#                                           #   then one fills the GPU mid-grade; the naive
+#                                           #   control and wrong_conv_grad graded under each
+#                                           #   (never out_of_memory), a GPU hoarder (its own
+#                                           #   out_of_memory), then a whole naive grade's peak
+#                                           #   memory (h200 profile) in the time left
+#   bash bench/gpu_session.sh crowded-tests # ~4 min (not yet run): the same as GPU tests on the
+#                                           #   CI cases (tests/test_grader_gpu.py -k crowded)
 #
 # The first six take ~33 device-minutes with starts; a 30-minute session runs the ones its change needs.
 #
@@ -83,7 +92,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh trust-confined|trust-confined-gate|norm-grad|grade-fast|grades|ab|reference-record|tune-mlp|conv-norm-ncu|conv-norm-maxnreg|conv-norm-taps|reference-all|reference-plans|conv-norm-chain|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh crowded|crowded-tests|trust-confined|trust-confined-gate|norm-grad|grade-fast|grades|ab|reference-record|tune-mlp|conv-norm-ncu|conv-norm-maxnreg|conv-norm-taps|reference-all|reference-plans|conv-norm-chain|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -206,6 +215,34 @@ confinement_host() {
 }
 
 case "$phase" in
+crowded)
+    # Issue 38: honest verdicts on a crowded GPU. bench/crowded.py grades the naive control and
+    # a wrong-gradient entry while a neighbour (bench/gpu_hog.py, its pid in each line) holds all
+    # but 4 GiB (fill) or fills the GPU once the grade started (grow): naive scored or
+    # grader_error naming the hog, wrong gradient gate_failed or grader_error, never
+    # out_of_memory; a submission hoarding GPU memory is out_of_memory (its own share); then a
+    # whole naive grade's peak device memory with the GPU's profile (scoring.yaml's
+    # peak_device_memory_gib) in the time left.
+    versions > "$OUT/summary.txt" 2>&1
+    timeout 330 python3 bench/crowded.py --out "$OUT/crowded" --parts fill,grow,own \
+        --deadline-s 320 > "$OUT/crowded-verdicts.log" 2>&1
+    echo "crowded, fill, grow and own: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
+    cut -c1-600 "$OUT/crowded-verdicts.log" | tee -a "$OUT/summary.txt"
+    left=$(( 560 - $(elapsed) ))
+    timeout "$left" python3 bench/crowded.py --out "$OUT/peak" --parts peak \
+        --deadline-s $(( left - 10 )) > "$OUT/crowded-peak.log" 2>&1
+    echo "whole-grade peak: rc=$? at $(elapsed)s $(grep -E "^peak:" "$OUT/crowded-peak.log")" \
+        | tee -a "$OUT/summary.txt"
+    ;;
+crowded-tests)
+    # Issue 38's GPU tests, alone on the GPU (they fill it): fill and grow beside a hog for the
+    # naive control and wrong_conv_grad on the CI cases, and the GPU hoarder's own out_of_memory.
+    versions > "$OUT/summary.txt" 2>&1
+    GRADER_TEST_CROWDED=1 suite crowded-gpu 400 -rA -m gpu tests/test_grader_gpu.py -k crowded \
+        | tee -a "$OUT/summary.txt"
+    grep -hE "(PASSED|FAILED|ERROR)" "$OUT"/crowded-gpu.log | cut -c1-300 \
+        | tee -a "$OUT/summary.txt"
+    ;;
 trust-confined)
     # Issue 37 on a GPU, the submission's process confined by Landlock and seccomp: the GPU probe
     # (CUDA, Triton's compile and launch, cuBLAS, CUPTI under the GPU policy), the census's GPU

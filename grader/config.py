@@ -29,6 +29,9 @@ MAX_PROCESS_SD = 0.05
 # A baselines' drift bound this wide (25%) would let a second context slow plain unnoticed by as
 # much; a profile asking for it is a typo.
 MAX_BASELINE_DRIFT = 0.25
+# A whole grade's device memory above this (1 TiB) is more than any one GPU has: a typo (MiB
+# written as GiB).
+MAX_PEAK_DEVICE_MEMORY_GIB = 1024.0
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "scoring.yaml"
 
 
@@ -196,6 +199,12 @@ class Profile:
     warmup: int
     rounds: int
     shapes: tuple[Shape, ...]
+    # The whole grade's peak device memory on one GPU, in GiB (every process of one grade: the
+    # grader's oracle, the gate's and the timing's children), measured (bench/gpu_session.sh
+    # phase ``crowded``). A worker starts a grade only when this much is free, and a submission's
+    # process may hold this much before an out-of-memory error is its own
+    # (`grader.device_memory.share_bytes`, `required_free`).
+    peak_device_memory_gib: float
     description: str = ""
     # Rounds of plain and the reference timed alone, before the submission's process imports
     # anything: the yardstick their interleaved times must stay near (grader/timing.py).
@@ -239,6 +248,10 @@ class Profile:
         if not 0.0 < self.baseline_drift < MAX_BASELINE_DRIFT:
             _invalid("baseline_drift", f"must be in (0, {MAX_BASELINE_DRIFT}) (a fraction of "
                      f"the baselines' alone medians), got {self.baseline_drift!r}")
+        if not 0.0 < self.peak_device_memory_gib <= MAX_PEAK_DEVICE_MEMORY_GIB:
+            _invalid("peak_device_memory_gib", f"must be in (0, {MAX_PEAK_DEVICE_MEMORY_GIB:g}] "
+                     f"(a whole grade's peak GPU memory in GiB), got "
+                     f"{self.peak_device_memory_gib!r}")
         if not 0.0 <= self.process_sd < MAX_PROCESS_SD:
             _invalid("process_sd", f"must be in [0, {MAX_PROCESS_SD}) (a log-scale standard "
                      f"deviation), got {self.process_sd!r}")

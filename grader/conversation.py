@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from grader.config import DeadlineRule
-from grader.sandbox import ChildProcess, Deadline, Outcome
+from grader.device_memory import is_cuda_oom
+from grader.sandbox import ChildExit, ChildProcess, Deadline, Outcome
 
 # While the parent waits for an answer, the watchdog's scan of the child's processes waits this
 # long first: a step's answer must be read when it comes, not after milliseconds of /proc.
@@ -177,6 +178,12 @@ class Child:
             return Stop("rule_broken", f"channel-tampering: the timing child {result.detail}")
         if result.outcome is Outcome.TOO_MANY_TASKS:
             return Stop("rule_broken", f"new-thread: the timing child {result.detail}")
+        if (result.exit_code == ChildExit.HARNESS_ERROR and result.armed_tasks is None
+                and is_cuda_oom(result.stderr_tail)):
+            # Before it armed, only the harness ran (its CUDA context on a full GPU, say).
+            last = result.stderr_tail.strip().splitlines()[-1:] or [""]
+            return Stop("grader_error", f"the timing child's harness ran out of GPU memory "
+                        f"before the submission ran: {last[0][-300:]}")
         status = _OUTCOME_STATUS.get(result.outcome, "crashed")
         return Stop(status, f"the timing child {result.detail or 'ended before it finished'}")
 

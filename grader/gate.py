@@ -508,6 +508,7 @@ def run_gate(
     progress: Callable[[str, int, int], None] | None = None,
     oracle_device: str = "cpu",
     processes: int = 1,
+    gpu_usage: Callable[[], Callable[[Sequence[int]], int | None] | None] | None = None,
 ) -> GateResult:
     """Run the items in ``processes`` children side by side and check their outputs here.
 
@@ -529,6 +530,8 @@ def run_gate(
         progress: Called with (item name, items finished, items total) as the children advance.
         oracle_device: Where the fp64 truth is computed.
         processes: How many children at most (`grader.gate_children.gate_processes`).
+        gpu_usage: Makes each child's GPU memory probe (`grader.device_memory.usage_probe`):
+            the child's ``peak_gpu_bytes``, the grader's own measure of it.
     """
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -575,7 +578,8 @@ def run_gate(
         # the repository's, confined by the operating system before its first line.
         child = run_child(CHILD_SCRIPT, home, [str(harness.root), str(job_path)], limits,
                           env_extra=env, on_message=talk, deadline=talk.deadline,
-                          arm=True, confinement=confined)  # fmt: skip
+                          arm=True, confinement=confined,
+                          gpu_usage=gpu_usage() if gpu_usage else None)  # fmt: skip
         return talk, child, local
 
     if len(shards) == 1:
@@ -624,6 +628,10 @@ def _item_result(item: GateItem, talk: _Conversation, child: ChildResult, secret
     try:
         checks = evaluate_item(item, data, secret, config, device, oracle_device,
                                inputs=talk.inputs.pop(item.index, None))  # fmt: skip
+    except torch.OutOfMemoryError:
+        # The grader's own oracle found the GPU full: never a failed item, a grader_error naming
+        # the device's holders (grader.grade).
+        raise
     except Exception as exc:  # noqa: BLE001 - malformed outputs fail the item
         return case_result(item, [], wall, f"unreadable output: {exc!r}")
     return case_result(item, checks, wall)

@@ -32,7 +32,8 @@ import numpy
 import torch
 import triton
 
-from grader.config import DEFAULT_PATH, ScoringConfig, load_config
+from grader import device_memory
+from grader.config import DEFAULT_PATH, Profile, ScoringConfig, load_config
 from grader.confinement import host_confinement
 from grader.gate import GateResult, build_items, progress_bar, run_gate
 from grader.gate_children import gate_processes
@@ -239,16 +240,66 @@ def _start_timing(sub_root: Path, config: ScoringConfig, options: GradeOptions,
                        progress=sys.stderr if options.progress else None)  # fmt: skip
 
 
+def grade_profile(config: ScoringConfig, options: GradeOptions, gpu: int) -> Profile | None:
+    """The profile this grade times with: as asked, else the GPU's (None: no such profile;
+    timing then says why)."""
+    from grader import telemetry
+
+    name = options.profile or config.timing.profile_for_gpu(telemetry.device_info(index=gpu).name)
+    return config.timing.profiles.get(name)
+
+
 def overlaps(config: ScoringConfig, options: GradeOptions, gpu: int) -> bool:
     """Whether this grade starts its timing beside the gate: as asked, else as the profile it
     will time with says (False for a profile that does not exist: timing then says why)."""
     if options.overlap_timing is not None:
         return options.overlap_timing
-    from grader import telemetry
-
-    name = options.profile or config.timing.profile_for_gpu(telemetry.device_info(index=gpu).name)
-    prof = config.timing.profiles.get(name)
+    prof = grade_profile(config, options, gpu)
     return prof is not None and prof.overlap_timing
+
+
+def _device(system: SystemInfo, gpu: int) -> device_memory.DeviceMemory | None:
+    return device_memory.read_device(uuid=system.gpu_uuid, index=gpu)
+
+
+def judge_gate_oom(
+    gate: GateResult, reasons: list[str], profile: Profile | None,
+    device: device_memory.DeviceMemory | None,
+) -> tuple[Status, list[str]]:  # fmt: skip
+    """A GPU gate's ``out_of_memory``, judged (`grader.device_memory`): kept when a child caught
+    a CUDA out-of-memory error over its share, else ``grader_error`` naming the device's holders.
+    A watchdog's kill for resident memory and a host ``MemoryError`` are the child's own."""
+    for child in gate.children or (gate.child,):
+        if child.exit_code != ChildExit.OUT_OF_MEMORY:
+            continue
+        said = [m for m in child.messages
+                if m.get("event") in ("item_failed", "load_failed") and m.get("oom")]  # fmt: skip
+        error = "\n".join(str(m.get("error", "")) for m in said)
+        if profile is None or not device_memory.is_cuda_oom(error):
+            return Status.OUT_OF_MEMORY, reasons
+        reported = max((m["reserved_peak"] for m in said
+                        if isinstance(m.get("reserved_peak"), int)), default=None)  # fmt: skip
+        own = device_memory.own_use(child.peak_gpu_bytes, error, reported)
+        share = device_memory.share_bytes(profile.peak_device_memory_gib)
+        found = device_memory.blame(own, share, device, grader_pid=os.getpid())
+        return found.status, [found.reason, *reasons]
+    return Status.OUT_OF_MEMORY, reasons
+
+
+def _harness_out_of_memory(gate: GateResult) -> bool:
+    """A gate child's harness failed for GPU memory before it armed, so before any submission
+    code ran (its CUDA context or warm-up on a full device)."""
+    return any(c.exit_code == ChildExit.HARNESS_ERROR and c.armed_tasks is None
+               and device_memory.is_cuda_oom(c.stderr_tail) for c in gate.children)  # fmt: skip
+
+
+def judge_timing_oom(reason: str, profile: Profile,
+                     device: device_memory.DeviceMemory | None) -> device_memory.Blame:  # fmt: skip
+    """A timing child's ``out_of_memory``, judged as the gate's is, on the child's own figures
+    (torch's message in its failure) and the device's holders now."""
+    own = device_memory.own_use(None, reason)
+    share = device_memory.share_bytes(profile.peak_device_memory_gib)
+    return device_memory.blame(own, share, device, grader_pid=os.getpid())
 
 
 def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeReport:
@@ -317,6 +368,13 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             env = {"CUDA_VISIBLE_DEVICES": str(gpu)}
             device, oracle_device = "cuda:0", f"cuda:{gpu}"
         items = build_items(cases, drift)
+        profile = grade_profile(config, options, gpu) if gpu is not None else None
+        if gpu is not None and profile is not None:
+            # A grade that cannot fit is not started: its failure would not be the submission's.
+            short = device_memory.shortfall(_device(system, gpu), profile.peak_device_memory_gib,
+                                            grader_pid=os.getpid())  # fmt: skip
+            if short:
+                return report(Status.GRADER_ERROR, [short], **common)
         if gpu is not None and overlaps(config, options, gpu):
             early = _start_timing(sub.root, config, options, gpu)
         gate = run_gate(
@@ -324,8 +382,17 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
             progress=progress_bar() if options.progress else None, oracle_device=oracle_device,
             processes=gate_processes(config.limits.gate_processes),
+            gpu_usage=None if gpu is None else lambda: device_memory.usage_probe(
+                uuid=system.gpu_uuid, index=gpu),
         )  # fmt: skip
         status, reasons = gate_status(gate)
+        if status is Status.OUT_OF_MEMORY and gpu is not None:
+            status, reasons = judge_gate_oom(gate, reasons, profile, _device(system, gpu))
+        elif gpu is not None and _harness_out_of_memory(gate):
+            status = Status.GRADER_ERROR
+            what = "the gate's harness (before the submission ran)"
+            reasons = [device_memory.grader_short(_device(system, gpu), what, os.getpid()),
+                       *reasons]  # fmt: skip
         utils = [c.max_utilisation for c in gate.cases if c.max_utilisation is not None]
         findings: tuple[RuleFinding, ...] = (*gate.findings, *static)
         checked = [
@@ -370,15 +437,27 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
                           **fields)  # fmt: skip
         fields["checked"] = (*checked, f"timing, profile {timing.profile}")
         if timing.status != "ok":
-            return report(Status.of_timing(timing.status),
-                          [f"timing: {timing.status}: {timing.reason}"],
-                          timing=timing, **fields)  # fmt: skip
+            status, reasons = (Status.of_timing(timing.status),
+                               [f"timing: {timing.status}: {timing.reason}"])  # fmt: skip
+            if (status is Status.OUT_OF_MEMORY and profile is not None
+                    and device_memory.is_cuda_oom(timing.reason)):
+                found = judge_timing_oom(timing.reason, profile, _device(system, gpu))
+                status, reasons = found.status, [found.reason, *reasons]
+            elif status is Status.GRADER_ERROR and device_memory.is_cuda_oom(timing.reason):
+                reasons.insert(0, device_memory.grader_short(
+                    _device(system, gpu), "the timing's trusted process", os.getpid()))
+            return report(status, reasons, timing=timing, **fields)
         return report(Status.SCORED, [], score=timing.score, timing=timing, **fields)
     except Exception as exc:  # noqa: BLE001 - the grader's own failure is a report too
         import traceback
 
         detail = traceback.format_exc(limit=6)
-        return report(Status.GRADER_ERROR, [f"grader error: {exc!r}", detail])
+        why = [f"grader error: {exc!r}", detail]
+        if gpu is not None and device_memory.is_cuda_oom(f"{type(exc).__name__}: {exc}"):
+            # The grader's own process (the fp64 oracle) found the device full.
+            why.insert(0, device_memory.grader_short(_device(system, gpu), "the grader",
+                                                     os.getpid()))  # fmt: skip
+        return report(Status.GRADER_ERROR, why)
     finally:
         if early is not None:
             early.cancel()
@@ -390,4 +469,5 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
             print(f"kept {private}", file=sys.stderr)
 
 
-__all__ = ["GradeOptions", "gate_status", "grade", "system_info"]
+__all__ = ["GradeOptions", "gate_status", "grade", "grade_profile", "judge_gate_oom",
+           "judge_timing_oom", "system_info"]

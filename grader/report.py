@@ -22,6 +22,11 @@ from grader.files import write_whole
 
 GRADER_VERSION = "0.1.0"
 
+# The first reason of a ``grader_error`` whose device was short of memory because of other
+# processes (`grader.device_memory`): no verdict on the submission; the service grades it again
+# (`grader.service.verdict.device_short`).
+DEVICE_SHORT = "device short: "
+
 
 class Status(enum.StrEnum):
     """Outcome of one grade."""
@@ -34,7 +39,7 @@ class Status(enum.StrEnum):
     GATE_FAILED = "gate_failed"  # a correctness check of SPEC §3 failed
     CRASHED = "crashed"  # the child exited or died before finishing
     TIMED_OUT = "timed_out"  # the child ran past its wall-clock limit
-    OUT_OF_MEMORY = "out_of_memory"  # the child went over its memory limit
+    OUT_OF_MEMORY = "out_of_memory"  # the child went over its memory limit or its GPU share
     TIMING_FAILED = "timing_failed"  # timing ran but rejected the submission (implausible...)
     GRADER_ERROR = "grader_error"  # the grader itself failed; not the submission's fault
 
@@ -519,6 +524,7 @@ def render_timing(report: TimingReport) -> str:
 
 __all__ = [
     "GRADER_VERSION",
+    "DEVICE_SHORT",
     "CaseResult",
     "CheckResult",
     "ExitCode",

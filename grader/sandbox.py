@@ -162,6 +162,7 @@ class ChildResult:
         stderr_tail: Last bytes of the child's stderr.
         detail: A sentence saying why, for any outcome but OK.
         leftover_pids: Processes of the tree still alive after the main child exited (killed).
+        peak_gpu_bytes: Largest GPU memory of the tree seen by the watchdog (None: unmeasured).
     """
 
     outcome: Outcome
@@ -176,6 +177,7 @@ class ChildResult:
     detail: str = ""
     leftover_pids: tuple[int, ...] = field(default=())
     armed_tasks: int | None = None
+    peak_gpu_bytes: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -313,9 +315,8 @@ class ChildProcess:
     submission's and the trusted baselines'), sending a command and waiting for the answer.
     Every `poll` reads the channel (`grader.child.channel.ChannelReader`: a frame that is not
     the harness's next one ends the child as tampered) and, at most every ``_POLL_S``, runs the
-    watchdog over the child's whole process tree (memory, tasks, wall clock, deadline).
-
-    Args: as `run_child`'s.
+    watchdog over the child's whole process tree (memory, tasks, wall clock, deadline). Args: as
+    `run_child`'s.
     """
 
     def __init__(
@@ -331,9 +332,11 @@ class ChildProcess:
         python: str = sys.executable,
         python_flags: Sequence[str] = ("-I",),
         confinement: ChildConfinement | None = None,
+        gpu_usage: Callable[[Sequence[int]], int | None] | None = None,
     ) -> None:
         self.limits = limits
         self.confinement = confinement
+        self.gpu_usage = gpu_usage
         self.workdir = Path(workdir)
         self.deadline = deadline
         self.arm = arm
@@ -345,6 +348,7 @@ class ChildProcess:
         self._reader = ChannelReader(self._key)
         self._armed: list[int] = []
         self._peak_rss, self._peak_tasks = 0.0, 0
+        self._peak_gpu: int | None = None
         self._next_watch = 0.0
         self._channel_open = True
         self._result: ChildResult | None = None
@@ -519,6 +523,8 @@ class ChildProcess:
         self._seen.update(self._tree)
         rss, tasks = _usage(self._tree)
         self._peak_rss, self._peak_tasks = max(self._peak_rss, rss), max(self._peak_tasks, tasks)
+        if (gpu := self.gpu_usage(self._tree) if self.gpu_usage else None) is not None:
+            self._peak_gpu = max(self._peak_gpu or 0, gpu)
         due = self.deadline() if self.deadline is not None else None
         max_tasks, limit_text = self._task_limit()
         if now - self.start > limits.wall_s:
@@ -600,6 +606,7 @@ class ChildProcess:
             wall_s=wall,
             peak_rss_mb=self._peak_rss,
             peak_tasks=self._peak_tasks,
+            peak_gpu_bytes=self._peak_gpu,
             # The parent's receive stamps are for the live conversation, not the record.
             messages=tuple({k: v for k, v in m.items() if k != "_received"}
                            for m in self.messages),
@@ -629,6 +636,7 @@ def run_child(
     python: str = sys.executable,
     python_flags: Sequence[str] = ("-I",),
     confinement: ChildConfinement | None = None,
+    gpu_usage: Callable[[Sequence[int]], int | None] | None = None,
 ) -> ChildResult:
     """Run ``python -I entry_script *args`` in ``workdir`` under ``limits``; never raises for
     anything the child does.
@@ -658,13 +666,14 @@ def run_child(
         confinement: Run the harness's copy of ``entry_script`` under this confinement by the
             operating system (`grader.confinement`); the parent checks, at the child's first
             message, that the kernel holds it under a seccomp filter with no_new_privs.
+        gpu_usage: Asked by the watchdog for the tree's GPU memory (its pids → bytes or None).
 
     Returns:
         The `ChildResult`.
     """
     child = ChildProcess(entry_script, workdir, args, limits, env_extra, deadline=deadline,
                          arm=arm, python=python, python_flags=python_flags,
-                         confinement=confinement)
+                         confinement=confinement, gpu_usage=gpu_usage)
     while not child.ended:
         for message in child.poll():
             if on_message is None:

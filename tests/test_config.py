@@ -105,6 +105,14 @@ def _write(tmp_path: Path, mutate) -> Path:
         (lambda d: d["timing"]["profiles"]["l4"].update(rounds=0), r"rounds: must be > 0, got 0"),
         (lambda d: d["timing"]["profiles"]["l4"].update(rounds=40),
          r"timing.profiles.l4.rounds: must be a multiple of 6 .*got 40"),
+        (lambda d: d["timing"]["profiles"]["l4"].pop("peak_device_memory_gib"),
+         r"timing.profiles.l4: missing key 'peak_device_memory_gib'"),
+        (lambda d: d["timing"]["profiles"]["h200"].update(peak_device_memory_gib=0),
+         r"timing.profiles.h200.peak_device_memory_gib: must be in \(0, 1024\] .*got 0"),
+        (lambda d: d["timing"]["profiles"]["l4"].update(peak_device_memory_gib=9300),
+         r"timing.profiles.l4.peak_device_memory_gib: must be in \(0, 1024\] .*got 9300"),
+        (lambda d: d["timing"]["profiles"]["l4"].update(peak_device_memory_gib="9.3 GiB"),
+         r"timing.profiles.l4.peak_device_memory_gib: expected a number, got '9.3 GiB'"),
         (lambda d: d["timing"]["profiles"]["l4"]["shapes"][0].update(batch=-1),
          r"shapes\[0\].batch: must be > 0, got -1"),
         (lambda d: d["score"].update(min_target=1.0), r"min_target: must be > 1, got 1.0"),
@@ -161,3 +169,11 @@ def test_prompt_states_the_official_shapes_and_weights():
                   for s in row.group(2).split(",")]
         assert stated == [(s.batch, s.length, s.dilation) for s in official.shapes
                           if s.dtype == dtype]
+
+
+def test_every_profile_states_a_peak_at_least_what_was_measured() -> None:
+    """The l4 profile's grade peaked at 9.3 GiB on an H200 (issue 38): a peak below it would let
+    a worker start a grade that cannot fit and blame a submission within its share."""
+    profiles = load_config().timing.profiles
+    assert profiles["l4"].peak_device_memory_gib >= 9.3
+    assert profiles["h200"].peak_device_memory_gib >= profiles["l4"].peak_device_memory_gib

@@ -105,3 +105,76 @@ def test_gpu_memory_accounting_ignores_a_neighbour() -> None:
         pytest.skip(f"NVML cannot account per process here: {how}")
     assert how == "nvml per-process"
     assert 0 < used < 2 << 30, used
+
+
+# These fill the GPU: beside other grades (pytest -n 4 over this file) they would crowd them too.
+# bench/gpu_session.sh crowded runs them alone, with GRADER_TEST_CROWDED=1.
+crowding = pytest.mark.skipif(not os.environ.get("GRADER_TEST_CROWDED"),
+                              reason="fills the GPU: run alone with GRADER_TEST_CROWDED=1")
+
+
+def _hog(keep_gib: float, grow_keep_gib: float | None = None) -> subprocess.Popen[str]:
+    """bench/gpu_hog.py: a neighbour holding all but ``keep_gib`` of the GPU until its stdin
+    closes (with ``grow_keep_gib``: all but that, once the grade's first process appears)."""
+    cmd = [sys.executable, str(REPO / "bench" / "gpu_hog.py"), "--keep-gib", str(keep_gib)]
+    if grow_keep_gib is not None:
+        cmd += ["--grow-keep-gib", str(grow_keep_gib)]
+    hog = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    line = hog.stdout.readline() if hog.stdout is not None else ""  # once it holds the memory
+    assert line.startswith(f"hog pid {hog.pid} holds "), (line, hog.poll())
+    return hog
+
+
+@crowding
+@pytest.mark.parametrize("entry", ["naive_triton", "wrong_conv_grad"])
+@pytest.mark.parametrize("mode", ["fill", "grow"])
+def test_a_crowded_gpu_never_blames_the_submission(mode: str, entry: str, tmp_path: Path) -> None:
+    """Issue 38: another process holds all but 4 GiB of the GPU (fill: the grade's start check
+    refuses to begin) or fills it once the grade started (grow: whatever ran out is judged). The
+    naive control ends scored or grader_error, the wrong gradient gate_failed or grader_error;
+    a grader_error names the neighbour; never out_of_memory."""
+    from grader import device_memory
+    from grader.config import load_config
+    from grader.report import DEVICE_SHORT
+
+    ws = corpus_workspace(entry, tmp_path / "ws")
+    peak = load_config().timing.profiles["smoke"].peak_device_memory_gib
+    hog = _hog(4.0) if mode == "fill" else _hog(peak + 2.5, 2.0)
+    try:
+        seen = device_memory.read_device(index=0)
+        run = run_grade(ws, ci_config(tmp_path / "s.yaml"), tmp_path / "r.json",
+                        "--profile", "smoke", timeout=300)  # fmt: skip
+    finally:
+        if hog.stdin is not None:
+            hog.stdin.close()
+        hog.wait(30)
+    report = run.report
+    allowed = ({Status.SCORED, Status.GRADER_ERROR} if entry == "naive_triton"
+               else {Status.GATE_FAILED, Status.GRADER_ERROR})  # fmt: skip
+    assert report.status in allowed, report.reasons
+    if mode == "fill":
+        assert report.status is Status.GRADER_ERROR, report.reasons  # 4 GiB < the profile's peak
+    if report.status is Status.GRADER_ERROR:
+        assert report.reasons[0].startswith(DEVICE_SHORT), report.reasons
+        # NVML names processes by the host's pids: inside a PID namespace the hog's differs.
+        if seen is not None and hog.pid in {p.pid for p in seen.processes}:
+            assert f"pid {hog.pid} " in report.reasons[0], report.reasons
+
+
+@crowding
+def test_a_crowded_gpu_still_blames_a_submission_over_its_own_share(tmp_path: Path) -> None:
+    """Issue 38's other half: a submission that allocates GPU memory without bound is its own
+    crowd; its process goes over its share and the verdict is out_of_memory."""
+    from grader_helpers import NAIVE, make_workspace
+
+    hoard = ("import torch\nfrom naive_triton import DilatedResidualBlock as _Naive\n\n"
+             "_hoard = []\n\n\nclass DilatedResidualBlock(_Naive):\n"
+             "    def forward(self, x):\n        while True:\n"
+             "            _hoard.append(torch.empty(1 << 30, dtype=torch.uint8, "
+             "device=x.device))\n")  # fmt: skip
+    ws = make_workspace(tmp_path / "ws", {"naive_triton.py": NAIVE.read_text(),
+                                          "solution.py": hoard})  # fmt: skip
+    run = run_grade(ws, ci_config(tmp_path / "s.yaml"), tmp_path / "r.json",
+                    "--profile", "smoke", timeout=300)  # fmt: skip
+    assert run.report.status is Status.OUT_OF_MEMORY, run.report.reasons
+    assert "over its share of 10.0 GiB" in run.report.reasons[0], run.report.reasons

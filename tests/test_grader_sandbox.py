@@ -72,6 +72,22 @@ def test_child_reported_oom_exit_code(tmp_path: Path) -> None:
     assert r.outcome is Outcome.OUT_OF_MEMORY
 
 
+def test_the_watchdog_keeps_the_trees_largest_gpu_use(tmp_path: Path) -> None:
+    """The grader's own measure of the child's GPU memory (grader/device_memory.py's
+    usage_probe in a grade): asked with the tree's pids, its largest answer is kept."""
+    seen: list[list[int]] = []
+    answers = iter([None, 3 << 30, 5 << 30, 1 << 30])
+
+    def probe(pids: list[int]) -> int | None:
+        seen.append(list(pids))
+        return next(answers, None)
+
+    r = run(tmp_path, "time.sleep(0.5)", gpu_usage=probe)
+    assert r.outcome is Outcome.OK and r.peak_gpu_bytes == 5 << 30
+    assert len(seen) >= 4 and all(pids for pids in seen)
+    assert run(tmp_path, "pass").peak_gpu_bytes is None  # nothing asked: nothing measured
+
+
 def test_segfault_is_signaled(tmp_path: Path) -> None:
     r = run(tmp_path, "import ctypes; ctypes.string_at(0)")
     assert r.outcome is Outcome.SIGNALED and r.signal == signal.SIGSEGV

@@ -303,3 +303,53 @@ def test_a_v2_store_is_migrated(tmp_path: Path) -> None:
         assert store.run(run.id).limits.max_queued == Limits.max_queued
         assert store.run("local").limits.max_queued == 1 << 30  # the agent's own: no cap
         assert store.run_of_token(token).id == run.id  # type: ignore[union-attr]
+
+
+def _crowded(pid: int = 1234) -> str:
+    reason = (f"device short: 1 other process holds 120.0 GiB (pid {pid} python3 120.0 GiB); "
+              "1.0 GiB of 140.0 GiB free now; the submission's process held 3.0 GiB")
+    return json.dumps({"status": "grader_error", "score": 0.0, "reasons": [reason, "gate: oom"],
+                       "grader_version": "test", "timing": None})  # fmt: skip
+
+
+def test_a_crowded_device_grader_error_is_graded_again(store: Store) -> None:
+    """A grade that ended grader_error because other processes filled the device is no verdict:
+    queued again with why, until the last attempt, whose report stands."""
+    run, _ = store.create_run("r")
+    sub, _ = _add(store, run.id, 0.8, max_attempts=3)
+    for attempt in (1, 2):
+        job = store.claim("w", GPU_A, lease_s=30)
+        assert job is not None and job.attempt == attempt
+        grade = store.finish(job, _crowded(1000 + attempt))
+        assert grade.state is GradeState.QUEUED and grade.status is None
+        assert f"pid {1000 + attempt} python3" in grade.history[-1]
+    job = store.claim("w", GPU_B, lease_s=30)
+    assert job is not None and job.attempt == 3
+    done = store.finish(job, _crowded(1003))
+    assert done.state is GradeState.DONE and done.status == "grader_error"
+    assert (done.reason or "").startswith("device short: ") and "pid 1003" in (done.reason or "")
+    assert len(done.history) == 2 and store.claim("w", GPU_A, lease_s=30) is None
+
+
+def test_a_crowded_retry_then_a_verdict(store: Store) -> None:
+    run, _ = store.create_run("r")
+    _add(store, run.id, 0.8)
+    job = store.claim("w", GPU_A, lease_s=30)
+    assert job is not None and store.finish(job, _crowded()).state is GradeState.QUEUED
+    job = store.claim("w", GPU_A, lease_s=30)
+    assert job is not None
+    done = store.finish(job, _report(0.8))
+    assert done.state is GradeState.DONE and done.status == "scored" and done.score == 0.8
+
+
+def test_only_a_device_short_grader_error_is_retried() -> None:
+    """Parsed strictly: the status grader_error and the first reason's prefix, exactly."""
+    from grader.service.verdict import device_short
+
+    short = json.loads(_crowded())
+    assert device_short(short).startswith("device short: 1 other process")
+    assert device_short({**short, "status": "out_of_memory"}) == ""
+    assert device_short({**short, "reasons": ["gate: oom", short["reasons"][0]]}) == ""
+    assert device_short({**short, "reasons": ["Device short: x"]}) == ""
+    assert device_short({**short, "reasons": []}) == "" and device_short([short]) == ""
+    assert device_short({**short, "reasons": [7]}) == ""

@@ -25,7 +25,7 @@ from grader.config import Profile, Shape, load_config
 from grader.timing_run import TimingStart, carry_cache, run_timing
 
 # Two shapes, timed interleaved: two visits of one cycle (6 rounds) each.
-PROFILE = Profile(gpus=(), warmup=1, rounds=12, alone_rounds=2,
+PROFILE = Profile(gpus=(), peak_device_memory_gib=10.0, warmup=1, rounds=12, alone_rounds=2,
                   shapes=(Shape(2, 64, 3, "float32"), Shape(1, 16, 1, "float32")))
 CONFIG = with_profile(load_config(), "dry", PROFILE)
 

@@ -211,9 +211,11 @@ def test_the_process_term_widens_r_alike_on_every_shape_and_leaves_g() -> None:
     shifts = [np.log(v.score_draws) for v in (wide, other)]
     assert np.corrcoef(shifts[0], shifts[1])[0, 1] > 0.9
     with pytest.raises(ValueError, match="process_sd"):
-        Profile(gpus=(), warmup=1, rounds=6, shapes=(raw.shape,), process_sd=-0.1)
+        Profile(gpus=(), warmup=1, rounds=6, shapes=(raw.shape,), peak_device_memory_gib=10.0,
+                process_sd=-0.1)
     with pytest.raises(ValueError, match="process_sd"):
-        Profile(gpus=(), warmup=1, rounds=6, shapes=(raw.shape,), process_sd=0.5)
+        Profile(gpus=(), warmup=1, rounds=6, shapes=(raw.shape,), peak_device_memory_gib=10.0,
+                process_sd=0.5)
 
 
 def test_the_report_row_carries_samples_and_visits() -> None:

@@ -23,7 +23,8 @@ from grader.timing_run import run_timing
 
 SHAPES = (Shape(32, 4096, 1, "float32"), Shape(32, 4096, 1, "bfloat16"))
 LABELS = [s.label for s in SHAPES]
-PROFILE = Profile(gpus=(), warmup=1, rounds=6, alone_rounds=2, shapes=SHAPES)
+PROFILE = Profile(gpus=(), warmup=1, rounds=6, alone_rounds=2, shapes=SHAPES,
+                  peak_device_memory_gib=10.0)
 ORDERS = [tuple(o) for o in williams_orders(("plain", "ref", "sub"))]
 ALONE_ORDERS = [("plain", "ref"), ("ref", "plain")]
 CALIBRATION_ORDERS = [("plain", "ref", "cal"), ("cal", "ref", "plain")]

@@ -61,7 +61,8 @@ def test_run_timing_draws_progress_by_phase(monkeypatch, tmp_path) -> None:
     baselines alone, each shape's warm-up, each timed visit; the snapshots beside them."""
     install(monkeypatch)
     shapes = (Shape(32, 4096, 1, "float32"), Shape(32, 4096, 2, "bfloat16"))
-    prof = Profile(gpus=(), warmup=1, rounds=18, alone_rounds=4, shapes=shapes)
+    prof = Profile(gpus=(), warmup=1, rounds=18, alone_rounds=4, shapes=shapes,
+                   peak_device_memory_gib=10.0)
     cfg = dataclasses.replace(CONFIG, timing=dataclasses.replace(
         CONFIG.timing, profiles={**CONFIG.timing.profiles, "t": prof}))
     (tmp_path / "solution.py").write_text("")
@@ -89,7 +90,7 @@ def test_run_timing_draws_progress_by_phase(monkeypatch, tmp_path) -> None:
 
 def test_a_silent_run_prints_nothing(monkeypatch, tmp_path, capsys) -> None:
     install(monkeypatch)
-    prof = Profile(gpus=(), warmup=1, rounds=6, alone_rounds=2,
+    prof = Profile(gpus=(), peak_device_memory_gib=10.0, warmup=1, rounds=6, alone_rounds=2,
                    shapes=(Shape(32, 4096, 1, "float32"),))
     cfg = dataclasses.replace(CONFIG, timing=dataclasses.replace(
         CONFIG.timing, profiles={**CONFIG.timing.profiles, "t": prof}))

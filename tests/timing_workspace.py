@@ -68,6 +68,6 @@ def with_profile(config: ScoringConfig, name: str, profile: Profile) -> ScoringC
 
 def small_profile(warmup: int = 3, rounds: int = 12) -> Profile:
     """One GPU-bound fp32 shape (on an H200) and few rounds: enough to trip every defense."""
-    return Profile(gpus=(), warmup=warmup, rounds=rounds,
+    return Profile(gpus=(), peak_device_memory_gib=10.0, warmup=warmup, rounds=rounds,
                    shapes=(Shape(batch=32, length=4096, dilation=1, dtype="float32"),),
                    description="timing regression corpus")

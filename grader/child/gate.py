@@ -166,6 +166,12 @@ class Harness:
         text = "".join(lines)
         return text[-3000:]
 
+    def _reserved_peak(self) -> int | None:
+        """torch's largest reservation in this process (the parent weighs it against its own
+        NVML measure when an out-of-memory error is judged: `grader.device_memory`)."""
+        with self.guard.trusted():
+            return torch.cuda.max_memory_reserved() if torch.cuda.is_initialized() else None
+
     def _workspace_frames(self, exc: BaseException, keep: int = 4) -> list[str]:
         """The last ``keep`` frames of the traceback that lie in the submission's own files, as
         ``file:line in function: source``, outermost first; an exception's cause (the kernel
@@ -205,7 +211,8 @@ class Harness:
                 module = __import__("solution")
                 self.block_cls = module.DilatedResidualBlock
         except BaseException as exc:  # noqa: BLE001 - any failure of submission code is data
-            self.channel.send("load_failed", error=self._error_text(exc), oom=_is_oom(exc))
+            self.channel.send("load_failed", error=self._error_text(exc), oom=_is_oom(exc),
+                              reserved_peak=self._reserved_peak())
             self._exit(ChildExit.OUT_OF_MEMORY if _is_oom(exc) else ChildExit.SUBMISSION_ERROR)
         try:
             params = inspect.signature(self.block_cls.__init__).parameters.values()
@@ -245,6 +252,7 @@ class Harness:
                     oom=oom,
                     cuda_fault=fault,
                     exit_call=isinstance(exc, SystemExit | KeyboardInterrupt),
+                    reserved_peak=self._reserved_peak() if oom else None,
                 )
                 if oom:
                     self._exit(ChildExit.OUT_OF_MEMORY)

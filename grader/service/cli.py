@@ -152,8 +152,16 @@ def _worker(args: argparse.Namespace) -> int:
     import shlex
     import signal
 
+    from grader.config import load_config
     from grader.service.executors import CommandExecutor, LocalExecutor
-    from grader.service.worker import Worker, WorkerOptions, cpu_device, default_name, gpu_device
+    from grader.service.worker import (
+        Worker,
+        WorkerOptions,
+        cpu_device,
+        default_name,
+        gpu_device,
+        gpu_room,
+    )
 
     if args.gpu is not None:
         device = gpu_device(args.gpu)
@@ -185,7 +193,8 @@ def _worker(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     with Store(args.store) as store:
-        worker = Worker(store, device, executor, name=name,
+        room = gpu_room(device, load_config()) if device.index is not None else None
+        worker = Worker(store, device, executor, name=name, room=room,
                         options=WorkerOptions(lease_s=args.lease, once=args.once))  # fmt: skip
         worker.say(f"on {device.name} {device.uuid}, store {args.store}")
         graded = worker.run(stop=lambda: stopping)

@@ -37,6 +37,7 @@ from pathlib import Path
 from grader.files import write_whole
 from grader.service import presence
 from grader.service.records import Device, Grade, GradeState, Job, Limits, Run, Submission
+from grader.service.verdict import device_short
 
 SCHEMA_VERSION = 3
 DB_NAME = "grader.sqlite"
@@ -621,6 +622,10 @@ class Store:
         reasons = report.get("reasons") or ()
         if not isinstance(reasons, list | tuple) or not all(isinstance(r, str) for r in reasons):
             raise ValueError(f"a report's reasons are strings, not {str(reasons)[:80]!r}")
+        short = device_short(report)
+        if short and job.attempt < job.grade.max_attempts:
+            # Others' memory filled the device: no verdict, another attempt (the last one's stands).
+            return self.fail(job, short)
         with self._write() as db:
             digest = self._put_blob(report_json.encode())
             cursor = db.execute(
@@ -640,8 +645,9 @@ class Store:
         return self.grade(job.grade.id)
 
     def fail(self, job: Job, reason: str) -> Grade:
-        """This attempt failed without a report (the executor broke, not the submission): queued
-        again, or past ``max_attempts`` done as ``grader_error`` with every attempt's reason."""
+        """This attempt failed without a verdict (the executor broke, or the device was short of
+        memory; not the submission): queued again, or past ``max_attempts`` done as
+        ``grader_error`` with every attempt's reason."""
         with self._write() as db:
             row = db.execute("SELECT * FROM grades WHERE id = ? AND state = 'running' AND "
                              "worker = ? AND attempts = ?",

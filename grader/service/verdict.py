@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from grader.report import ExitCode, GradeReport, Status
+from grader.report import DEVICE_SHORT, ExitCode, GradeReport, Status
 
 MAX_REPORT_BYTES = 32 << 20  # a report is tens of kB; more is not the grader's writing
 MAX_SCORE = 3.0  # scoring.yaml's cap (SPEC §5); a score above it is nobody's
@@ -118,4 +118,19 @@ def parse(text: str, *, tree: str | None = None, max_score: float = MAX_SCORE) -
         raise Unbelieved(f"the report is not a grade report: {str(exc)[:200]}") from None
 
 
-__all__ = ["MAX_REPORT_BYTES", "MAX_SCORE", "Unbelieved", "check", "parse"]
+def device_short(report: Any) -> str:
+    """The reason of a report (its JSON object) that ended ``grader_error`` because the device
+    was short of memory (other processes held it: `grader.device_memory`), else "": such a
+    grade is no verdict on the submission and is graded again
+    (`grader.service.store.Store.finish`). Exactly: the status ``grader_error`` and a first
+    reason that starts with `DEVICE_SHORT`."""
+    if not isinstance(report, dict):
+        return ""
+    status, reasons = report.get("status"), report.get("reasons")
+    if status != Status.GRADER_ERROR.value or not isinstance(reasons, list) or not reasons:
+        return ""
+    first = reasons[0]
+    return first if isinstance(first, str) and first.startswith(DEVICE_SHORT) else ""
+
+
+__all__ = ["MAX_REPORT_BYTES", "MAX_SCORE", "Unbelieved", "check", "device_short", "parse"]

@@ -5,6 +5,10 @@
 One worker per GPU. Its name defaults to ``<host>:<GPU UUID>`` (``<host>:cpu`` for the CPU), so a
 worker restarted on the same GPU finds the grades it held when it died and settles them at once;
 any other worker settles them when their lease expires. The lease is renewed while a grade runs.
+
+A GPU worker takes a grade only when the device has its profile's peak memory free (`gpu_room`):
+a grade that cannot fit is not started, so it cannot be charged to the submission; meanwhile the
+worker waits, backing off, and says why.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
+from grader import device_memory
+from grader.config import ScoringConfig
 from grader.service.executors import Executor, ExecutorError, GradeRequest
-from grader.service.store import Device, Grade, Job, Store, StoreError
+from grader.service.store import Device, Grade, GradeState, Job, Store, StoreError
 from grader.service.text import printable
 
 
@@ -35,6 +41,22 @@ def gpu_device(index: int) -> Device:
     return Device(name=info.gpu_name or "cuda", uuid=uuid, index=index)
 
 
+def gpu_room(device: Device, config: ScoringConfig,
+             read: Callable[..., device_memory.DeviceMemory | None] = device_memory.read_device,
+             ) -> Callable[[], str]:  # fmt: skip
+    """Why ``device`` cannot take a grade now ("" when it can, or NVML cannot tell): less free
+    memory than its profile's ``peak_device_memory_gib`` (`grader.device_memory.shortfall`).
+    ``read`` reads the device (NVML; a fake in tests)."""
+    profile = config.timing.profiles[config.timing.profile_for_gpu(device.name)]
+    uuid = device.uuid if device.uuid.startswith("GPU-") else None
+
+    def room() -> str:
+        return device_memory.shortfall(read(uuid=uuid, index=device.index or 0),
+                                       profile.peak_device_memory_gib)
+
+    return room
+
+
 def cpu_device(name: str) -> Device:
     """The CPU (the Triton interpreter, nothing timed). Each CPU worker is its own "device"."""
     return Device(name="cpu", uuid=name, index=None)
@@ -48,18 +70,24 @@ class WorkerOptions:
         lease_s: How long a claim holds without renewal; renewed every ``lease_s / 3``.
         poll_s: The wait between looks at an empty queue.
         once: Exit when the queue has nothing this worker may take.
+        room_wait_max_s: The longest wait between looks at a device short of memory (the wait
+            starts at ``poll_s`` and doubles).
     """
 
     lease_s: float = 60.0
     poll_s: float = 1.0
     once: bool = False
+    room_wait_max_s: float = 60.0
 
 
 class Worker:
     def __init__(self, store: Store, device: Device, executor: Executor, *, name: str,
-                 options: WorkerOptions = WorkerOptions(),
-                 log: TextIO = sys.stderr) -> None:  # fmt: skip
+                 options: WorkerOptions = WorkerOptions(), log: TextIO = sys.stderr,
+                 room: Callable[[], str] | None = None) -> None:  # fmt: skip
+        """``room``: why the device cannot take a grade now, "" when it can (`gpu_room`; None: a
+        CPU worker, always)."""
         self.store = store
+        self.room = room
         self.device = device
         self.executor = executor
         self.name = name
@@ -79,7 +107,21 @@ class Worker:
         if orphans:
             self.say(f"removed {orphans} blob(s) no row names")
         graded = 0
+        wait = 0.0  # the back-off while the device is short of memory
         while not stop():
+            short = self.room() if self.room is not None else ""
+            if short:
+                if self.options.once and not self.store.queued():
+                    break
+                longer = min(self.options.room_wait_max_s, max(self.options.poll_s, 2 * wait))
+                if longer != wait:  # said when the wait grows, not at every look
+                    self.say(f"not starting a grade: {short}; looking again in {longer:g} s")
+                wait = longer
+                time.sleep(wait)
+                continue
+            if wait:
+                self.say("the device has room again")
+                wait = 0.0
             job = self.store.claim(self.name, self.device, self.options.lease_s)
             if job is None:
                 if self.options.once:
@@ -142,7 +184,10 @@ class Worker:
             reason = f"the report was refused: {self._neutral(exc)}"
             self.say(f"{label} failed: {reason}")
             return self.store.fail(job, reason)
-        self.say(f"{label}: {done.status} score {done.score}")
+        if done.state is GradeState.QUEUED:  # a crowded device's grader_error: no verdict
+            self.say(f"{label}: queued again: {done.history[-1] if done.history else ''}")
+        else:
+            self.say(f"{label}: {done.status} score {done.score}")
         return done
 
 
@@ -150,4 +195,4 @@ def default_name(device: Device) -> str:
     return f"{socket.gethostname()}:{device.uuid if device.index is not None else 'cpu'}"
 
 
-__all__ = ["Worker", "WorkerOptions", "cpu_device", "default_name", "gpu_device"]
+__all__ = ["Worker", "WorkerOptions", "cpu_device", "default_name", "gpu_device", "gpu_room"]
