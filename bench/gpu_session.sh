@@ -65,11 +65,11 @@
 #                                           #   phases (grader/published_speedups.json)
 #   bash bench/gpu_session.sh held-ab       # ~6 min: the hold-page corpus entries, a sequential
 #                                           #   and an --overlap grade of the reference
-#   bash bench/gpu_session.sh trust-confined  # ~8 min: issue 37 on a GPU: the confinement's GPU
-#                                           #   probe and census test, the timing corpus, a whole
-#                                           #   grade of the reference-as-submission
-#   bash bench/gpu_session.sh trust-confined-gate  # ~9 min: the gate corpus 4 at a time, then a
-#                                           #   whole grade of the naive control (64-thread pools)
+#   bash bench/gpu_session.sh trust-confined  # ~9 min: issue 37 on a GPU: the confinement's GPU
+#                                           #   probe and census test, the timing corpus, the gate
+#                                           #   corpus 4 at a time
+#   bash bench/gpu_session.sh trust-confined-grades  # ~5 min: whole grades of the reference-as-
+#                                           #   submission and the naive control, confined
 #   bash bench/gpu_session.sh tail          # ~8 min: a step's tail under the default and a
 #                                           #   spinning host wait, in one process and in timing
 #   bash bench/gpu_session.sh crowded       # ~9 min (not yet run): issue 38 on a crowded GPU
@@ -92,7 +92,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh crowded|crowded-tests|trust-confined|trust-confined-gate|norm-grad|grade-fast|grades|ab|reference-record|tune-mlp|conv-norm-ncu|conv-norm-maxnreg|conv-norm-taps|reference-all|reference-plans|conv-norm-chain|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh crowded|crowded-tests|trust-confined|trust-confined-grades|norm-grad|grade-fast|grades|ab|reference-record|tune-mlp|conv-norm-ncu|conv-norm-maxnreg|conv-norm-taps|reference-all|reference-plans|conv-norm-chain|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 
@@ -245,27 +245,25 @@ crowded-tests)
     ;;
 trust-confined)
     # Issue 37 on a GPU, the submission's process confined by Landlock and seccomp: the GPU probe
-    # (CUDA, Triton's compile and launch, cuBLAS, CUPTI under the GPU policy), the census's GPU
-    # test, every timing-corpus entry, then one whole grade of the reference-as-submission with
-    # per-phase timers (its wall and score against the records).
+    # (CUDA, Triton's compile and launch, cuBLAS, CUPTI under the GPU policy) and the census's GPU
+    # test, every timing-corpus entry alone on the GPU, then every gate-corpus entry (4 at a time).
     { versions; confinement_host; } > "$OUT/summary.txt" 2>&1
     suite confine-gpu 120 -rA -m gpu tests/test_confine.py tests/test_census.py \
         | tee -a "$OUT/summary.txt"
-    suite timing-corpus 300 -rA tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
-    reference_ws
-    LIMIT=$(( 585 - $(elapsed) )) phased grade-reference "$ref" --overlap | tee -a "$OUT/summary.txt"
-    grep -hE "(PASSED|FAILED|ERROR)" "$OUT"/confine-gpu.log "$OUT"/timing-corpus.log \
+    suite timing-corpus 280 -rA tests/test_timing_gpu.py | tee -a "$OUT/summary.txt"
+    suite gate-corpus $(( 585 - $(elapsed) )) -rA -n 4 tests/test_grader_gpu.py \
+        | tee -a "$OUT/summary.txt"
+    grep -hE "(PASSED|FAILED|ERROR)" "$OUT"/confine-gpu.log "$OUT"/*-corpus.log \
         | cut -c1-300 | tee -a "$OUT/summary.txt"
     ;;
-trust-confined-gate)
-    # Issue 37's gate side on a GPU: every gate-corpus entry (4 grades at a time), then one whole
-    # grade of the naive control (the h200 profile, its pools as this host sizes them).
+trust-confined-grades)
+    # Issue 37's whole grades, confined: the reference-as-submission and the naive control, each
+    # with per-phase timers (wall, score against the records).
     { versions; confinement_host; } > "$OUT/summary.txt" 2>&1
-    suite gate-corpus 390 -rA -n 4 tests/test_grader_gpu.py | tee -a "$OUT/summary.txt"
+    reference_ws
     naive_pools64
+    LIMIT=300 phased grade-reference "$ref" --overlap | tee -a "$OUT/summary.txt"
     LIMIT=$(( 585 - $(elapsed) )) phased grade-naive "$naive" --overlap | tee -a "$OUT/summary.txt"
-    grep -hE "(PASSED|FAILED|ERROR)" "$OUT"/gate-corpus.log | cut -c1-300 \
-        | tee -a "$OUT/summary.txt"
     ;;
 norm-grad)
     # Issue 17: the normalization's c1 and c2 from the GELU's backward (reference/norm_grad.py):
