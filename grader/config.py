@@ -29,7 +29,11 @@ MAX_PROCESS_SD = 0.05
 # A baselines' drift bound this wide (25%) would let a second context slow plain unnoticed by as
 # much; a profile asking for it is a typo.
 MAX_BASELINE_DRIFT = 0.25
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "scoring.yaml"
+# The contract: the checkout's root ``scoring.yaml``; an installed wheel carries the same file
+# inside the package (setup.py copies it there at build time; a checkout never has that copy).
+_PACKAGED_PATH = Path(__file__).resolve().parent / "scoring.yaml"
+DEFAULT_PATH = (_PACKAGED_PATH if _PACKAGED_PATH.is_file()
+                else Path(__file__).resolve().parent.parent / "scoring.yaml")
 
 
 class ConfigError(ValueError):

@@ -319,12 +319,17 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
         items = build_items(cases, drift)
         if gpu is not None and overlaps(config, options, gpu):
             early = _start_timing(sub.root, config, options, gpu)
-        gate = run_gate(
-            sub.root, private / "gate", config, items, secret,
-            device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
-            progress=progress_bar() if options.progress else None, oracle_device=oracle_device,
-            processes=gate_processes(config.limits.gate_processes),
-        )  # fmt: skip
+        bar = progress_bar() if options.progress else None
+        try:
+            gate = run_gate(
+                sub.root, private / "gate", config, items, secret,
+                device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
+                progress=bar, oracle_device=oracle_device,
+                processes=gate_processes(config.limits.gate_processes),
+            )  # fmt: skip
+        finally:
+            if bar is not None:
+                bar.end()  # the report and the timing's lines start on lines of their own
         status, reasons = gate_status(gate)
         utils = [c.max_utilisation for c in gate.cases if c.max_utilisation is not None]
         findings: tuple[RuleFinding, ...] = (*gate.findings, *static)

@@ -2,9 +2,11 @@
 
     python -m grader worker --store DIR (--gpu N | --cpu) [--once] [--name NAME]
 
-One worker per GPU. Its name defaults to ``<host>:<GPU UUID>`` (``<host>:cpu`` for the CPU), so a
-worker restarted on the same GPU finds the grades it held when it died and settles them at once;
-any other worker settles them when their lease expires. The lease is renewed while a grade runs.
+One worker per GPU, started with the Python the project is installed in (its grades run
+``sys.executable -m grader``). Its name defaults to ``<host>:<GPU UUID>`` (``<host>:cpu`` for the
+CPU), so a worker restarted on the same GPU finds the grades it held when it died and settles
+them at once; any other worker settles them when their lease expires. The lease is renewed while
+a grade runs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from grader.service.executors import Executor, ExecutorError, GradeRequest
+from grader.service.executors import Executor, ExecutorError, GradeRequest, sweep_jobs
 from grader.service.store import Device, Grade, Job, Store, StoreError
 from grader.service.text import printable
 
@@ -78,6 +80,9 @@ class Worker:
         orphans = self.store.collect_orphans()
         if orphans:
             self.say(f"removed {orphans} blob(s) no row names")
+        swept = sweep_jobs()
+        if swept:
+            self.say(f"removed the grade folders of {swept} dead worker(s) that left them")
         graded = 0
         while not stop():
             job = self.store.claim(self.name, self.device, self.options.lease_s)
