@@ -153,7 +153,7 @@ def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
     # read). They do not outrank the crash; a finding in any other step does (it stays listed).
     crashed_names = {c.name for c in crashed}
     if any(_finding_item(f.phase, crashed_names) is None for f in findings):
-        return Status.RULE_BROKEN, [f"{f.rule} ({f.phase}): {f.message}" for f in findings]
+        return Status.RULE_BROKEN, [f.reason for f in findings]
     if child.outcome is Outcome.TOO_MANY_TASKS:
         return Status.RULE_BROKEN, [f"new-thread: the child {child.detail}"]
     where = next((c.name for c in gate.cases if "the child died here" in c.reason), None)

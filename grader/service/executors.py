@@ -22,6 +22,7 @@ message of an executor names a path of the operator's: the job's folders are cal
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -323,6 +324,7 @@ def own_jobs() -> Path:
         own = Path(tempfile.mkdtemp(prefix=f"w-{os.getpid()}-", dir=jobs_root()))
         fd = os.open(own / _LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # close-on-exec
         fcntl.flock(fd, fcntl.LOCK_EX)  # held until this process ends: the fd is never closed
+        atexit.register(_remove_tree, own)  # an orderly exit leaves nothing; a kill, `sweep_jobs`
         _OWN_JOBS = own
     return _OWN_JOBS
 
