@@ -8,7 +8,8 @@ a plot of the per-shape speedups beside it) where asked, and exits with the
 ``python -m grader check …`` and ``python -m grader submit …`` are the agent's tools
 (`grader.agent.check`, `grader.agent.submit`); ``serve``, ``worker`` and ``run`` are the
 operator's service (`grader.service.cli`), ``fleet`` its dispatcher to a Ray cluster
-(`grader.service.fleet_cli`). Their arguments pass through unchanged.
+(`grader.service.fleet_cli`). Their arguments pass through unchanged. An installed package
+(``pip install .``) has the same commands as the ``grader`` console script.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ named grader`, and a non-editable install could not read ``scoring.yaml``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -119,6 +120,18 @@ def test_the_readme_operator_block_runs_from_a_wheel(tmp_path: Path) -> None:
     where = subprocess.run(["python", "-c", "import grader; print(grader.__file__)"], cwd=here,
                            env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert Path(where.strip()).is_relative_to(venv), where
+    # Installed, no child may read the grader's, the task's or the reference's package (the
+    # harness copies what a child runs), while the rest of site-packages stays readable.
+    probe = subprocess.run(["python", "-c", "import json, pathlib, grader.confinement as c\n"
+                            "h = c.Harness(pathlib.Path('harness'))\n"
+                            "print(json.dumps([c.forbidden_paths(), str(c.PROJECT_DIR), "
+                            "sorted(str(p.relative_to(h.root)) for p in h.root.rglob('*.py'))"
+                            "]))"], cwd=here, env=env, capture_output=True, text=True,
+                           check=True).stdout  # fmt: skip
+    forbidden, project, harness = json.loads(probe)
+    assert Path(project).is_relative_to(venv.resolve()), project
+    assert forbidden == [f"{project}/grader", f"{project}/reference", f"{project}/task"]
+    assert {"grader/__init__.py", "task/model.py", "grader/child/gate.py"} <= set(harness)
 
     store, port = tmp_path / "srv" / "grader", free_port()
     values: dict[str, str] = {}

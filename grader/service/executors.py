@@ -337,28 +337,33 @@ def sweep_jobs() -> int:
     ``open``: one without a lock file is left alone unless it is an hour old."""
     removed = 0
     for entry in jobs_root().iterdir():
-        if not entry.name.startswith("w-") or entry == _OWN_JOBS:
+        if not entry.name.startswith("w-") or entry == _OWN_JOBS or entry.is_symlink():
             continue
         try:
-            fd = os.open(entry / _LOCK, os.O_RDWR | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            if time.time() - entry.lstat().st_mtime < 3600:
-                continue
-            fd = None
+            removed += _sweep(entry)
         except OSError:
-            continue  # not a folder of ours (a link, a file): left alone
-        try:
-            if fd is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # its process is alive
-            _remove_tree(entry)
-            removed += 1
-        finally:
-            if fd is not None:
-                os.close(fd)
+            continue  # gone meanwhile, or not a folder of ours: left alone
     return removed
+
+
+def _sweep(entry: Path) -> int:
+    """Remove one process's folder if its process is dead: 1 if removed, else 0."""
+    try:
+        fd = os.open(entry / _LOCK, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        if time.time() - entry.lstat().st_mtime < 3600:
+            return 0
+        _remove_tree(entry)
+        return 1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # its process is alive
+    else:
+        _remove_tree(entry)
+        return 1
+    finally:
+        os.close(fd)
 
 
 def _remove_tree(path: Path) -> None:
