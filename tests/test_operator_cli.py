@@ -58,6 +58,8 @@ def test_run_status_is_lines_and_regrade_queues_another_grade(tmp_path: Path) ->
     assert no_best.returncode == 1 and "has no scored submission" in no_best.stderr
     unknown = grader_cli("run", "regrade", "999", "--store", str(tmp_path / "store"))
     assert unknown.returncode == 1 and "999" in unknown.stderr
+    no_run = grader_cli("run", "regrade", "run-nope", "--store", str(tmp_path / "store"))
+    assert no_run.returncode == 1 and "no run 'run-nope'" in no_run.stderr
     again = grader_cli("run", "regrade", str(first), "--store", str(tmp_path / "store"), "--json")
     assert again.returncode == 0, again.stderr
     grade = json.loads(again.stdout)["grade"]

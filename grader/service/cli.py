@@ -226,7 +226,8 @@ def _regrade(args: argparse.Namespace, store: Store) -> int:
     if args.run.isdigit():
         submission = store.submission(int(args.run))
     else:
-        best = store.best(args.run)  # Unknown for no such run
+        store.run(args.run)  # Unknown: no such run
+        best = store.best(args.run)
         if best is None:
             raise StoreError(f"run {args.run} has no scored submission to regrade (name one: "
                              "run regrade SUBMISSION)")  # fmt: skip
