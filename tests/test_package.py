@@ -208,6 +208,11 @@ def test_the_readme_operator_block_runs_from_a_wheel(tmp_path: Path) -> None:
         grades = [g for sub in s.submissions(values["run"]) for g in s.grades(sub.id)]
     assert [g.status for g in grades] == ["checked_untimed", "checked_untimed", "gate_failed"]
     assert all(g.attempts == 1 for g in grades), [g.history for g in grades]
+    # What a run's token reads names no folder of this host: the venv, the store, the jobs.
+    with Store(store) as s:
+        seen = [(g.reason or "") + (s.report(g) or "") for g in grades]
+    for text in seen:
+        assert str(tmp_path) not in text and "grader-jobs" not in text, text[-2000:]
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen[str], timeout: float = 60) -> None:
