@@ -8,7 +8,8 @@ a plot of the per-shape speedups beside it) where asked, and exits with the
 ``python -m grader check …`` and ``python -m grader submit …`` are the agent's tools
 (`grader.agent.check`, `grader.agent.submit`); ``serve``, ``worker`` and ``run`` are the
 operator's service (`grader.service.cli`), ``fleet`` its dispatcher to a Ray cluster
-(`grader.service.fleet_cli`). Their arguments pass through unchanged.
+(`grader.service.fleet_cli`). Their arguments pass through unchanged. An installed package
+(``pip install .``) has the same commands as the ``grader`` console script.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     from grader.grade import GradeOptions, grade
     from grader.report import ExitCode, render_table
 
+    unknown = unknown_profile(args.profile, args.config)
+    if unknown:  # caught before the gate's minutes, not after them (or never, on a CPU)
+        print(f"python -m grader grade: {unknown}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+
     options = GradeOptions(
         rev=args.commit, profile=args.profile, gpu=args.gpu, cpu=args.cpu,
         config_path=args.config, progress=not args.quiet, keep_dir=args.keep, final=args.final,
@@ -99,6 +105,23 @@ def main(argv: list[str] | None = None) -> int:
     return int(report.exit_code)
 
 
+def unknown_profile(profile: str | None, config_path: Path) -> str:
+    """Why ``--profile`` names no profile of the scoring file, naming those it has; "" when it
+    does (or was not given, or the file does not load: the grade says why)."""
+    from grader.config import ConfigError, load_config
+
+    if profile is None:
+        return ""
+    try:
+        known = sorted(load_config(config_path).timing.profiles)
+    except (ConfigError, OSError):
+        return ""
+    if profile in known:
+        return ""
+    return (f"--profile {profile!r} is not a profile of {config_path.name} (known: "
+            f"{', '.join(known)})")
+
+
 def _write_plot(report: GradeReport, path: Path, config_path: Path) -> None:
     """The per-shape speedup plot beside the JSON report (skipped, with a note, without
     matplotlib)."""
@@ -111,4 +134,4 @@ def _write_plot(report: GradeReport, path: Path, config_path: Path) -> None:
         print(f"plot: {path}", file=sys.stderr)
 
 
-__all__ = ["main"]
+__all__ = ["main", "unknown_profile"]

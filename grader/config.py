@@ -32,7 +32,11 @@ MAX_BASELINE_DRIFT = 0.25
 # A whole grade's device memory above this (1 TiB) is more than any one GPU has: a typo (MiB
 # written as GiB).
 MAX_PEAK_DEVICE_MEMORY_GIB = 1024.0
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "scoring.yaml"
+# The contract: the checkout's root ``scoring.yaml``; an installed wheel carries the same file
+# inside the package (setup.py copies it there at build time; a checkout never has that copy).
+_PACKAGED_PATH = Path(__file__).resolve().parent / "scoring.yaml"
+DEFAULT_PATH = (_PACKAGED_PATH if _PACKAGED_PATH.is_file()
+                else Path(__file__).resolve().parent.parent / "scoring.yaml")
 
 
 class ConfigError(ValueError):

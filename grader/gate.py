@@ -650,24 +650,41 @@ def _death(child: ChildResult) -> str:
     return child.detail or child.outcome.value
 
 
-def progress_bar(stream: Any = sys.stderr) -> Callable[[str, int, int], None]:
-    """A one-line progress bar on ``stream`` (stderr), redrawn in place on a terminal."""
-    tty = hasattr(stream, "isatty") and stream.isatty()
+class ProgressBar:
+    """A one-line progress bar on ``stream`` (stderr), redrawn in place on a terminal (a line
+    each time elsewhere). `end` ends the line it redraws, so what is printed next starts on a
+    line of its own."""
 
-    def show(name: str, done: int, total: int) -> None:
+    def __init__(self, stream: Any = sys.stderr) -> None:
+        self.stream = stream
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.open = False  # a redrawn line is on the terminal, not yet ended
+
+    def __call__(self, name: str, done: int, total: int) -> None:
         width = 24
         filled = int(width * done / max(total, 1))
         line = f"gate [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name}"
-        stream.write(("\r" + line.ljust(100)) if tty else line + "\n")
-        stream.flush()
+        self.stream.write(("\r" + line.ljust(100)) if self.tty else line + "\n")
+        self.stream.flush()
+        self.open = self.tty
 
-    return show
+    def end(self) -> None:
+        if self.open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.open = False
+
+
+def progress_bar(stream: Any = sys.stderr) -> ProgressBar:
+    """The gate's `ProgressBar` on ``stream``."""
+    return ProgressBar(stream)
 
 
 __all__ = [
     "DTYPES",
     "GateItem",
     "GateResult",
+    "ProgressBar",
     "build_items",
     "case_result",
     "evaluate_item",

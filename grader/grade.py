@@ -154,7 +154,7 @@ def _gate_verdict(gate: GateResult) -> tuple[Status, list[str]]:
     # read). They do not outrank the crash; a finding in any other step does (it stays listed).
     crashed_names = {c.name for c in crashed}
     if any(_finding_item(f.phase, crashed_names) is None for f in findings):
-        return Status.RULE_BROKEN, [f"{f.rule} ({f.phase}): {f.message}" for f in findings]
+        return Status.RULE_BROKEN, [f.reason for f in findings]
     if child.outcome is Outcome.TOO_MANY_TASKS:
         return Status.RULE_BROKEN, [f"new-thread: the child {child.detail}"]
     where = next((c.name for c in gate.cases if "the child died here" in c.reason), None)
@@ -377,14 +377,19 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
                 return report(Status.GRADER_ERROR, [short], **common)
         if gpu is not None and overlaps(config, options, gpu):
             early = _start_timing(sub.root, config, options, gpu)
-        gate = run_gate(
-            sub.root, private / "gate", config, items, secret,
-            device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
-            progress=progress_bar() if options.progress else None, oracle_device=oracle_device,
-            processes=gate_processes(config.limits.gate_processes),
-            gpu_usage=None if gpu is None else lambda: device_memory.usage_probe(
-                uuid=system.gpu_uuid, index=gpu),
-        )  # fmt: skip
+        bar = progress_bar() if options.progress else None
+        try:
+            gate = run_gate(
+                sub.root, private / "gate", config, items, secret,
+                device=device, limits=ChildLimits.from_phase(config.limits.gate), env_extra=env,
+                progress=bar, oracle_device=oracle_device,
+                processes=gate_processes(config.limits.gate_processes),
+                gpu_usage=None if gpu is None else lambda: device_memory.usage_probe(
+                    uuid=system.gpu_uuid, index=gpu),
+            )  # fmt: skip
+        finally:
+            if bar is not None:
+                bar.end()  # the report and the timing's lines start on lines of their own
         status, reasons = gate_status(gate)
         if status is Status.OUT_OF_MEMORY and gpu is not None:
             status, reasons = judge_gate_oom(gate, reasons, profile, _device(system, gpu))

@@ -159,6 +159,11 @@ class RuleFinding:
     phase: str = ""
     location: str = ""
 
+    @property
+    def reason(self) -> str:
+        """The finding as a report's reason (``rule (phase): message``), where it decides one."""
+        return f"{self.rule} ({self.phase}): {self.message}"
+
 
 @dataclass(frozen=True)
 class SystemInfo:
@@ -468,10 +473,13 @@ def render_table(report: GradeReport) -> str:
                 f"{_fmt(case.max_utilisation, '7.3f')}  {result}"
             )
         lines.append(f"max envelope utilisation: {_fmt(report.max_utilisation, '.3f')}")
-    if report.findings:
+    # A finding that is a reason above is not printed again.
+    rest = [f for f in report.findings if f.reason not in report.reasons]
+    if rest:
         lines.append("")
-        lines.append("findings:")
-        for f in report.findings:
+        lines.append("findings" + (" (besides the reasons above):" if len(rest) <
+                                   len(report.findings) else ":"))  # fmt: skip
+        for f in rest:
             where = f" [{f.location or f.phase}]" if (f.location or f.phase) else ""
             lines.append(f"  {f.severity.value:<9} {f.source:<7} {f.rule}{where}: {f.message}")
     if report.timing is not None:

@@ -212,7 +212,16 @@ def child_env(workdir: Path, env_extra: Mapping[str, str] | None = None,
 
 
 def _set_limits(limits: ChildLimits) -> Callable[[], None]:
+    import ctypes  # loaded before the fork: nothing is imported after it
+
+    parent, prctl = os.getpid(), ctypes.CDLL(None, use_errno=True).prctl
+
     def apply() -> None:
+        # SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG; `TimingStart` keeps
+        # its thread): a grader killed outright leaves no child out of its group kill's reach.
+        prctl(1, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the grader died before that
+            os._exit(1)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
         if limits.address_space:

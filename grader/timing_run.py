@@ -347,6 +347,9 @@ class TimingStart:
         self.error: BaseException | None = None
         self.tmp = tempfile.TemporaryDirectory(prefix="timing-")
         kwargs = self.setup.children(config, reference_module, census, python, self.held.append)
+        # The thread that starts the children lives until they end (`cancel`): each child dies
+        # with the thread that started it (`grader.sandbox`'s PR_SET_PDEATHSIG).
+        self._ready, self._release = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._start, name="timing-start", daemon=True,
                                        args=(submission_root, kwargs))  # fmt: skip
         self.thread.start()
@@ -357,6 +360,13 @@ class TimingStart:
                 submission_root, Path(self.tmp.name), self.config, self.setup.profile, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - re-raised by finish
             self.error = exc
+        finally:
+            self._ready.set()
+        self._release.wait()
+
+    def wait(self) -> None:
+        """Wait until the children have started, or failed to (``error``)."""
+        self._ready.wait()
 
     def tree_changes(self, digests: tuple[tuple[str, str], ...]) -> list[str]:
         """How the timing child's copy of the tree (made before the gate ran, writable to the
@@ -364,7 +374,7 @@ class TimingStart:
         (`grader.workspace.tree_changes`); its harness's own directories aside, which `finish`
         empties, and the sandbox's output files. Empty where the start failed (`finish` says
         why)."""
-        self.thread.join()
+        self._ready.wait()
         if self.started is None:
             return []
         return tree_changes(self.started.sub_dir, digests, skip=HARNESS_DIRS + HARNESS_FILES)
@@ -375,7 +385,7 @@ class TimingStart:
         it; bounded by `CARRIED_CACHE_BYTES`). Whatever the gate's children may have put in
         the timing child's `HARNESS_DIRS` meanwhile is removed first (the caller holds the rest
         of its tree to the export with `tree_changes`)."""
-        self.thread.join()
+        self._ready.wait()
         try:
             if self.error is not None:
                 raise self.error
@@ -395,9 +405,11 @@ class TimingStart:
 
     def cancel(self) -> None:
         """End both children and remove their directories (idempotent)."""
-        self.thread.join()
+        self._ready.wait()
         if self.started is not None:
             interleave.cancel_interleaved(self.started)
+        self._release.set()
+        self.thread.join()
         with contextlib.suppress(OSError):
             self.tmp.cleanup()
 

@@ -113,9 +113,9 @@ class Server:
                 self.kill()
 
 
-def worker(store: Path, *args: str) -> subprocess.Popen[str]:
+def worker(store: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "grader", "worker", "--store", str(store),
-                             *args], env=ENV, cwd=REPO, stdout=subprocess.PIPE,
+                             *args], env=env or ENV, cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 

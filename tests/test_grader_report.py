@@ -158,3 +158,17 @@ def test_a_crashed_steps_own_findings_do_not_outrank_its_crash() -> None:
                                        findings=(finding("reads-grader", "import"),),
                                        child=child))  # fmt: skip
     assert status is Status.RULE_BROKEN
+
+
+def test_a_rule_break_is_printed_once() -> None:
+    """A violation that decides the status is one of its reasons; the findings list shows only
+    the others (it printed every rule line twice)."""
+    broke = RuleFinding("torch-op-on-path", Severity.VIOLATION, "runtime", "aten.var_mean ran",
+                        phase="forward:c1-l1#1101")  # fmt: skip
+    note = RuleFinding("static:exit", Severity.ADVISORY, "static", "calls exit", location="a:1")
+    text = render_table(make(Status.RULE_BROKEN, 0.0, reasons=(broke.reason,),
+                             findings=(broke, note)))  # fmt: skip
+    assert text.count("aten.var_mean ran") == 1, text
+    assert "findings (besides the reasons above):" in text and "calls exit" in text
+    only = render_table(make(Status.RULE_BROKEN, 0.0, reasons=(broke.reason,), findings=(broke,)))
+    assert only.count("aten.var_mean ran") == 1 and "findings" not in only

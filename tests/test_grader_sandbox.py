@@ -353,3 +353,37 @@ def test_a_paused_child_runs_nothing_until_resumed(tmp_path: Path) -> None:
         assert later and later[0]["event"] == "tick"
     finally:
         child.finish(kill=True)
+
+
+def test_a_child_dies_with_the_grader_that_started_it(tmp_path: Path) -> None:
+    """A grader killed outright (its worker gone: SIGKILL) takes its child with it
+    (PR_SET_PDEATHSIG): the child is in a session of its own, out of reach of a group kill."""
+    script = tmp_path / "child.py"
+    script.write_text(PRELUDE + "send(event='up', pid=os.getpid())\ntime.sleep(60)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    grader = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom pathlib import Path\n"
+         f"sys.path.insert(0, {str(REPO)!r})\n"
+         "from grader.sandbox import ChildLimits, ChildProcess\n"
+         f"child = ChildProcess(Path({str(script)!r}), Path({str(work)!r}), [], "
+         "ChildLimits(wall_s=60, memory_mb=400, max_tasks=16, open_files=64))\n"
+         "while True:\n    for m in child.poll():\n        print(m['pid'], flush=True)\n"],
+        stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert grader.stdout is not None
+    pid = int(grader.stdout.readline())
+    os.kill(pid, 0)  # running
+    grader.kill()
+    grader.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            stat = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except (ProcessLookupError, FileNotFoundError):
+            return
+        if stat == "Z":  # dead, waiting for init to reap it
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    raise AssertionError(f"the child {pid} outlived the grader that started it")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from grader_helpers import NAIVE, ci_config, make_workspace
 from service_helpers import (
+    ENV,
     Server,
     call,
     fake_command,
@@ -52,18 +53,28 @@ def test_a_worker_killed_mid_grade_loses_nothing(tmp_path: Path) -> None:
         reply = upload(server.url, token, run, tree_tar(solution(0.8)), fake_commit("a"))
         assert reply.status == 201, reply.body
     sub = reply.body["submission"]["id"]
+    # The workers' temporary folder: where their grades' folders are (grader-jobs-<uid>/w-*/).
+    (tmp_path / "tmp").mkdir()
+    env = {**ENV, "TMPDIR": str(tmp_path / "tmp")}
+    jobs = tmp_path / "tmp" / f"grader-jobs-{os.getuid()}"
     w1 = worker(store_dir, "--cpu", "--name", "w1", "--lease", "2",
-                "--command", fake_command(log, sleep=120))  # fmt: skip
+                "--command", fake_command(log, sleep=120), env=env)  # fmt: skip
     wait_for(lambda: _log_lines(log), 60, "the first attempt to start")
     grade_pid = int(_log_lines(log)[0][2])
     w1.send_signal(signal.SIGKILL)
     w1.wait()
     # The grade in progress dies with its worker: no stray attempt races the next one.
     wait_for(lambda: not pid_alive(grade_pid), 10, "the killed worker's grade to die")
+    (left,) = jobs.iterdir()  # the killed worker's folder, its grade's folders in it
+    assert left.name.startswith(f"w-{w1.pid}-") and list(left.glob("job-*/repo/solution.py"))
     time.sleep(2.5)  # w1's lease runs out
-    w2 = worker(store_dir, "--cpu", "--name", "w2", "--once", "--command", fake_command(log))
+    w2 = worker(store_dir, "--cpu", "--name", "w2", "--once", "--command", fake_command(log),
+                env=env)  # fmt: skip
     out, err = w2.communicate(timeout=120)
     assert w2.returncode == 0, err
+    # w2 removed what w1 left, and its own folder when it exited: nothing is left behind.
+    assert "removed the grade folders of 1 dead worker(s)" in err
+    assert list(jobs.iterdir()) == []
     with Store(store_dir) as store:
         grades = store.grades(sub)
     assert len(grades) == 1, grades

@@ -136,7 +136,7 @@ def test_a_timing_started_beside_the_gate_runs_no_submission_code_before_finish(
     monkeypatch.setattr(grader.timing_run, "carry_cache", carry)
     progress = io.StringIO()
     start = TimingStart(ws, CONFIG, profile="dry", progress=progress, dry_run_on_cpu=True)
-    start.thread.join()  # the gate would run here
+    start.wait()  # the gate would run here
     assert start.error is None and start.started is not None
     assert set(start.started.run.sub.spent) == {"ping"}, start.started.run.sub.spent
     assert _lines(progress) == []  # held back: the gate's progress bar owns the terminal now

@@ -198,12 +198,16 @@ def run_check(
                       "interpreter: expect tens of minutes (on the GPU: about a minute)",
                       file=progress, flush=True)  # fmt: skip
         # secret None: public seeds only (task.inputs.derive_seed), so failures reproduce.
-        result = run_gate(
-            exported.root, Path(tmp) / "gate", config, items, secret,  # type: ignore[arg-type]
-            device=device, limits=limits, env_extra=env_extra,
-            progress=progress_bar(progress) if progress is not None else None,
-            oracle_device=oracle_device, processes=gate_processes(config.limits.gate_processes),
-        )  # fmt: skip
+        bar = progress_bar(progress) if progress is not None else None
+        try:
+            result = run_gate(
+                exported.root, Path(tmp) / "gate", config, items, secret,  # type: ignore[arg-type]
+                device=device, limits=limits, env_extra=env_extra, progress=bar,
+                oracle_device=oracle_device, processes=gate_processes(config.limits.gate_processes),
+            )  # fmt: skip
+        finally:
+            if bar is not None:
+                bar.end()  # what is printed next starts on a line of its own
         status, reasons = gate_verdict(result)
         utils = [c.max_utilisation for c in result.cases if c.max_utilisation is not None]
         failed = {c.name for c in result.cases if not c.passed}
@@ -300,6 +304,14 @@ def where() -> str:
     ])
 
 
+def _error_code(exc: Exception) -> int:
+    """Not a repository is an invalid submission (10, as the workspace's README says); any
+    other failure before the check runs is a usage error (2)."""
+    if isinstance(exc, worktree.NotARepository):
+        return int(ExitCode.INVALID_SUBMISSION)
+    return int(ExitCode.USAGE)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.where:
@@ -311,13 +323,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             path = write_repro(load_config(), args.repro, root)
         except (worktree.WorktreeError, ConfigError) as exc:
             print(f"check: {exc}", file=sys.stderr)
-            return int(ExitCode.USAGE)
+            return _error_code(exc)
         print(f"wrote {path}\nrun it from the workspace: python {path.relative_to(root)}  "
               "(your block on that item's public-seed inputs, checked as the gate does; "
               "no sandbox, no rule checks)")
         return 0
     try:
         config = load_config()
+        if args.profile is not None and args.profile not in config.timing.profiles:
+            print(f"check: --profile {args.profile!r} is not a profile of scoring.yaml (known: "
+                  f"{', '.join(sorted(config.timing.profiles))})", file=sys.stderr)
+            return int(ExitCode.USAGE)
         report = run_check(
             args.workspace,
             mode=Mode.FULL if args.full else Mode.QUICK,
@@ -330,7 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (worktree.WorktreeError, ConfigError) as exc:
         print(f"check: {exc}", file=sys.stderr)
-        return int(ExitCode.USAGE)
+        return _error_code(exc)
     print(render(report))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -182,11 +182,16 @@ def render(report: CheckReport) -> str:
     lines.append("")
     lines.append(f"status: {report.status.value}")
     # Every rule finding is listed (each needs its own fix); failed cases are often one bug.
-    shown = len(report.reasons) if report.status is Status.RULE_BROKEN else _SHOW_FAILED
-    for reason in report.reasons[:shown]:
+    # A rule break printed above (RULE BROKEN) is not printed again.
+    above = {f.reason for f in report.findings}
+    reasons = [r for r in report.reasons if r not in above]
+    if len(reasons) < len(report.reasons):
+        lines.append(f"  - the {len(report.reasons) - len(reasons)} rule break(s) above")
+    shown = len(reasons) if report.status is Status.RULE_BROKEN else _SHOW_FAILED
+    for reason in reasons[:shown]:
         lines.append(f"  - {reason}")
-    if len(report.reasons) > shown:
-        lines.append(f"  ... and {len(report.reasons) - shown} more (a --json FILE report has "
+    if len(reasons) > shown:
+        lines.append(f"  ... and {len(reasons) - shown} more (a --json FILE report has "
                      "every one)")
     for item_ in report.not_checked:
         lines.append(f"not checked: {item_}")

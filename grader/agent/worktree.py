@@ -78,17 +78,21 @@ def git(root: Path, *args: str, extra_env: dict[str, str] | None = None) -> str:
     return proc.stdout.rstrip("\n")
 
 
+class NotARepository(WorktreeError):
+    """The folder is not inside a git repository (an invalid submission: exit code 10)."""
+
+
 def find_root(start: str | Path | None = None) -> Path:
     """The git repository containing ``start`` (default: the current directory).
 
     Raises:
-        WorktreeError: ``start`` is not inside a git repository.
+        NotARepository: ``start`` is not inside a git repository.
     """
     here = Path(start or Path.cwd()).resolve()
     try:
         return Path(git(here, "rev-parse", "--show-toplevel"))
     except WorktreeError as exc:
-        raise WorktreeError(
+        raise NotARepository(
             f"{here} is not inside a git repository. Run this from your workspace (the git "
             "repository that holds solution.py); see its README.md."
         ) from exc
@@ -134,4 +138,5 @@ def snapshot_commit(root: Path) -> str:
         )  # fmt: skip
 
 
-__all__ = ["WorktreeError", "WorktreeState", "find_root", "git", "snapshot_commit", "state"]
+__all__ = ["NotARepository", "WorktreeError", "WorktreeState", "find_root", "git",
+           "snapshot_commit", "state"]

@@ -6,11 +6,17 @@
     python -m grader run create NAME --store DIR [--max-per-hour N] [--max-upload-mb M]
     python -m grader run status|best|report RUN --store DIR
     python -m grader run finalize RUN --store DIR [--allow-same-gpu] [--no-wait] [--timeout S]
+    python -m grader run regrade RUN|SUBMISSION --store DIR
+
+``run regrade`` queues another ordinary grade of a submission (a run: its best), as
+``POST /v1/submissions/ID/regrade`` does. ``serve``, ``worker`` and ``run create`` make the store
+where there is none; the other ``run`` verbs only read one (a mistyped ``--store`` is an error).
+The same commands are the ``grader`` console script of an installed package.
 
 Every verb takes ``--json``: one JSON object on stdout, nothing else there. Exit status: 0 done,
-1 the thing asked for does not exist or failed (no run, nothing to finalize, a final that ended in
-grader_error or timed out waiting; ``serve``: the port cannot be listened on, said in one line),
-2 a usage error. ``serve`` logs one line per request and per event on stderr.
+1 the thing asked for does not exist or failed (no store, no run, nothing to finalize, a final
+that ended in grader_error or timed out waiting; ``serve``: the port cannot be listened on, said
+in one line), 2 a usage error. ``serve`` logs one line per request and per event on stderr.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from typing import Any
 
 from grader.service import runs
 from grader.service.executors import ExecutorError
-from grader.service.store import Limits, Store, StoreError
+from grader.service.store import DB_NAME, Limits, Store, StoreError
 from grader.service.text import printable
 
 VERBS = ("serve", "worker", "run")
@@ -73,9 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     for action, text in (("status", "counts by state, best, final"),
                          ("best", "the best submission"),
                          ("report", "every submission, the best and its final regrade"),
-                         ("finalize", "regrade the best on another GPU: the run's result")):
+                         ("finalize", "regrade the best on another GPU: the run's result"),
+                         ("regrade", "queue another ordinary grade of a submission (a run: its "
+                                     "best)")):  # fmt: skip
         a = rsub.add_parser(action, help=text)
-        a.add_argument("run")
+        a.add_argument("run", metavar="RUN|SUBMISSION" if action == "regrade" else "RUN")
         common(a)
         if action == "finalize":
             a.add_argument("--allow-same-gpu", action="store_true",
@@ -94,6 +102,8 @@ def main(argv: Sequence[str]) -> int:
             return _serve(args)
         if args.verb == "worker":
             return _worker(args)
+        if args.action != "create":
+            _existing(args.store)
         with Store(args.store) as store:
             return _run(args, store)
     except (StoreError, ExecutorError) as exc:
@@ -109,6 +119,13 @@ def _out(args: argparse.Namespace, obj: dict[str, Any], text: str, code: int = 0
         # Names, statuses, reasons and log tails in it may be a submission's writing.
         print(printable(text), file=sys.stdout if code == 0 else sys.stderr)
     return code
+
+
+def _existing(path: Path) -> None:
+    """Refuse a store that is not there: reading verbs never make one."""
+    path = path.expanduser()
+    if not (path.is_file() or (path / DB_NAME).is_file()):
+        raise StoreError(f"no store at {path} (serve or run create makes one)")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -153,7 +170,7 @@ def _worker(args: argparse.Namespace) -> int:
     import signal
 
     from grader.config import load_config
-    from grader.service.executors import CommandExecutor, LocalExecutor
+    from grader.service.executors import CommandExecutor, LocalExecutor, check_importable
     from grader.service.worker import (
         Worker,
         WorkerOptions,
@@ -184,6 +201,7 @@ def _worker(args: argparse.Namespace) -> int:
     elif args.command:
         executor = CommandExecutor(shlex.split(args.command))
     else:
+        check_importable()  # every grade would fail otherwise: say so once, before any is taken
         executor = LocalExecutor(config=args.config, forbidden=[args.store])
     stopping = False
 
@@ -193,7 +211,8 @@ def _worker(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     with Store(args.store) as store:
-        room = gpu_room(device, load_config()) if device.index is not None else None
+        config = load_config(args.config) if args.config else load_config()
+        room = gpu_room(device, config) if device.index is not None else None
         worker = Worker(store, device, executor, name=name, room=room,
                         options=WorkerOptions(lease_s=args.lease, once=args.once))  # fmt: skip
         worker.say(f"on {device.name} {device.uuid}, store {args.store}")
@@ -210,13 +229,12 @@ def _run(args: argparse.Namespace, store: Store) -> int:
         return _out(args, {"run": run.id, "token": token},
                     f"run {run.id} ({run.name})\nagent token: {token}\n"
                     f"give the agent: GRADER_URL=http://HOST:PORT GRADER_TOKEN={token}")
+    if args.action == "regrade":
+        return _regrade(args, store)
     store.run(args.run)
     if args.action == "status":
         status = runs.run_status(store, args.run)
-        return _out(args, status, f"run {status['run']} ({status['name']}): "
-                    f"{status['submissions']} submission(s) {status['by_state']}, best "
-                    f"{status['best']} ({status['best_score']}), final "
-                    f"{(status['final'] or {}).get('state', 'not requested')}")
+        return _out(args, status, runs.render_status(status))
     if args.action == "best":
         best = store.best(args.run)
         if best is None:
@@ -228,6 +246,23 @@ def _run(args: argparse.Namespace, store: Store) -> int:
         report = runs.run_report(store, args.run)
         return _out(args, report, runs.render_run_report(report))
     return _finalize(args, store)
+
+
+def _regrade(args: argparse.Namespace, store: Store) -> int:
+    """Queue another ordinary grade of submission ``args.run`` (digits), or of run ``args.run``'s
+    best submission."""
+    if args.run.isdigit():
+        submission = store.submission(int(args.run))
+    else:
+        store.run(args.run)  # Unknown: no such run
+        best = store.best(args.run)
+        if best is None:
+            raise StoreError(f"run {args.run} has no scored submission to regrade (name one: "
+                             "run regrade SUBMISSION)")  # fmt: skip
+        submission = best[0]
+    grade = store.regrade(submission.id)
+    return _out(args, {"grade": grade.to_dict()},
+                f"queued grade {grade.id} of submission {submission.id} (run {submission.run})")
 
 
 def _finalize(args: argparse.Namespace, store: Store) -> int:

@@ -55,6 +55,7 @@ from grader.service.executors import (
     ExecutorError,
     GradeRequest,
     as_submitted,
+    own_jobs,
     read_private,
     rebuild,
 )
@@ -204,7 +205,9 @@ class DockerExecutor:
 
         started = time.monotonic()
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        with tempfile.TemporaryDirectory(prefix="grade-docker-",
+        # In the worker's own jobs folder: what a worker killed mid-grade leaves, the next
+        # worker removes (`grader.service.executors.sweep_jobs`).
+        with tempfile.TemporaryDirectory(prefix="grade-docker-", dir=own_jobs(),
                                          ignore_cleanup_errors=True) as tmp:  # fmt: skip
             workspace, out, config_dir = self._prepare(request, Path(tmp))
             try:

@@ -12,17 +12,23 @@ and the queue tries again). The submission itself never runs in the worker's pro
   fake grader).
 - The Docker executor (issue 16) implements the same `Executor` protocol.
 
-Every grade's folders are made in the worker's private jobs folder (`jobs_root`, 0700), never in
-the store. A report is believed only when it parses strictly and the command's exit status gives
-the same status (`grader.service.verdict`). No message of an executor names a path of the
-operator's: the job's folders are called ``<job>``/``<workspace>`` in what it raises.
+Every grade's folders are made in the worker's own folder (`own_jobs`) of the private jobs
+folder (`jobs_root`, 0700), never in the store; a worker killed outright leaves its folder behind,
+and the next worker to start removes it (`sweep_jobs`). A report is believed only when it parses
+strictly and the command's exit status gives the same status (`grader.service.verdict`). No
+message of an executor names a path of the operator's: the job's folders are called
+``<job>``/``<workspace>`` in what it raises.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
 import json
 import os
 import secrets
+import shutil
 import signal
 import stat
 import subprocess
@@ -151,9 +157,9 @@ class CommandExecutor:
         return {**os.environ, "TMPDIR": str(tmp)}
 
     def run(self, request: GradeRequest, alive: Callable[[], bool]) -> str:
-        root = jobs_root()
-        with tempfile.TemporaryDirectory(prefix="job-", dir=root) as job_dir, \
-                tempfile.TemporaryDirectory(prefix=f"{secrets.token_hex(16)}-", dir=root) as out:
+        root, own = jobs_root(), own_jobs()
+        with tempfile.TemporaryDirectory(prefix="job-", dir=own) as job_dir, \
+                tempfile.TemporaryDirectory(prefix=f"{secrets.token_hex(16)}-", dir=own) as out:
             job = Path(job_dir)
             repo = rebuild(request, job / "repo")
             report = Path(out) / "report.json"
@@ -228,7 +234,9 @@ class LocalExecutor(CommandExecutor):
         self.args = ["--quiet"] + (["--config", str(config)] if config is not None else [])
         self.config = config
         self.forbidden = [os.path.realpath(p) for p in forbidden]
-        super().__init__([sys.executable, "-m", "grader.service.grade_process"],
+        # This interpreter and the grader package it imports, from the job's folder (``-P``: the
+        # working directory is not on the path): never a checkout's path (`check_importable`).
+        super().__init__([sys.executable, "-P", "-m", "grader.service.grade_process"],
                          timeout_s=timeout_s)  # fmt: skip
 
     def command(self, workspace: Path, report: Path, request: GradeRequest) -> list[str]:
@@ -303,6 +311,102 @@ def jobs_root() -> Path:
     return root
 
 
+_OWN_JOBS: Path | None = None
+_LOCK = ".lock"
+
+
+def own_jobs() -> Path:
+    """This process's own folder in `jobs_root`, where its grades' folders are made: ``w-<pid>-…``
+    with a ``.lock`` file held under an exclusive ``flock`` for as long as the process lives (the
+    kernel drops it when the process dies, however it dies). Made on first use."""
+    global _OWN_JOBS
+    if _OWN_JOBS is None or not _OWN_JOBS.is_dir():
+        own = Path(tempfile.mkdtemp(prefix=f"w-{os.getpid()}-", dir=jobs_root()))
+        fd = os.open(own / _LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)  # close-on-exec
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until this process ends: the fd is never closed
+        atexit.register(_remove_tree, own)  # an orderly exit leaves nothing; a kill, `sweep_jobs`
+        _OWN_JOBS = own
+    return _OWN_JOBS
+
+
+def sweep_jobs() -> int:
+    """Remove the folders in `jobs_root` of processes that died without cleaning up (a worker
+    killed by SIGKILL, or by the machine): those whose ``.lock`` nobody holds. How many.
+
+    A folder being made has no lock file yet for the instant between its ``mkdir`` and the
+    ``open``: one without a lock file is left alone unless it is an hour old."""
+    removed = 0
+    for entry in jobs_root().iterdir():
+        if not entry.name.startswith("w-") or entry == _OWN_JOBS or entry.is_symlink():
+            continue
+        try:
+            removed += _sweep(entry)
+        except OSError:
+            continue  # gone meanwhile, or not a folder of ours: left alone
+    return removed
+
+
+def _sweep(entry: Path) -> int:
+    """Remove one process's folder if its process is dead: 1 if removed, else 0."""
+    try:
+        fd = os.open(entry / _LOCK, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        if time.time() - entry.lstat().st_mtime < 3600:
+            return 0
+        _remove_tree(entry)
+        return 1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # its process is alive
+    else:
+        _remove_tree(entry)
+        return 1
+    finally:
+        os.close(fd)
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove ``path`` whatever its grade left in it (folders it made read-only included)."""
+
+    def unlock_and_retry(func: Callable[[str], object], name: str, *_: object) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(name), 0o700)
+            func(name)
+
+    shutil.rmtree(path, onerror=unlock_and_retry)
+
+
+def check_importable() -> None:
+    """Refuse to start a worker whose grades could not start: the local executor runs
+    ``<this interpreter> -P -m grader.service.grade_process`` from a job's folder, so this
+    interpreter must import this very ``grader`` package there (installed, ``pip install -e .``
+    or on ``PYTHONPATH``), not another one or none.
+
+    Raises:
+        ExecutorError: It cannot; the message says how to install the package.
+    """
+    import grader
+
+    ours = str(Path(grader.__file__).resolve().parent)
+    with tempfile.TemporaryDirectory(prefix="grader-import-") as neutral:
+        done = subprocess.run(
+            [sys.executable, "-P", "-c", "import grader, pathlib; "
+             "print(pathlib.Path(grader.__file__).resolve().parent)"],
+            cwd=neutral, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+            check=False)  # fmt: skip
+    found = done.stdout.strip()
+    if done.returncode == 0 and found == ours:
+        return
+    what = (f"imports another grader package ({found}) than this worker's ({ours})"
+            if done.returncode == 0 else "cannot import the grader package outside the checkout "
+            f"({(done.stderr.strip().splitlines() or ['?'])[-1]})")
+    raise ExecutorError(
+        f"this worker's Python ({sys.executable}) {what}, and every grade would fail: install "
+        "the project into it (pip install . from the checkout, or pip install -e . to keep "
+        "editing it) and start the worker again")
+
+
 def _neutral(text: str, paths: dict[str, str]) -> str:
     """``text`` with each of ``paths`` (longest first) replaced by its neutral word."""
     for path in sorted(paths, key=len, reverse=True):
@@ -344,4 +448,5 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 __all__ = ["CommandExecutor", "Executor", "ExecutorError", "GradeRequest", "LocalExecutor",
-           "as_submitted", "jobs_root", "rebuild"]  # fmt: skip
+           "as_submitted", "check_importable", "jobs_root", "own_jobs", "rebuild",
+           "sweep_jobs"]  # fmt: skip

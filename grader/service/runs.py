@@ -72,6 +72,23 @@ def run_status(store: Store, run_id: str) -> dict[str, Any]:
             "final": final.to_dict() if final else None}  # fmt: skip
 
 
+def render_status(status: dict[str, Any]) -> str:
+    """`run_status` as lines of text (names escaped, `printable`)."""
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(status["by_state"].items()))
+    final = status["final"]
+    lines = [f"run {status['run']} ({printable(status['name'], newlines=False)}), created "
+             f"{status['created_at']}",
+             f"submissions: {status['submissions']}" + (f" ({counts})" if counts else ""),
+             "best: none yet (no submission has a score)" if status["best"] is None
+             else f"best: submission {status['best']}, score {status['best_score']:.4f}",
+             "final regrade: not requested" if final is None
+             else f"final regrade: grade {final['id']} of submission {final['submission']}, "
+             f"{final['state']}" + (f", {printable(final['status'], newlines=False)}"
+                                     if final.get("status") else "")
+             + (f" {final['score']:.4f}" if final.get("score") is not None else "")]  # fmt: skip
+    return "\n".join(lines)
+
+
 def run_report(store: Store, run_id: str) -> dict[str, Any]:
     """``{"run", "name", "submissions": [...], "best": id or null, "final": {...} or null}``."""
     run = store.run(run_id)
@@ -138,5 +155,5 @@ def _report_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["final_view", "gap_check", "render_run_report", "run_report", "run_status",
-           "submission_view"]  # fmt: skip
+__all__ = ["final_view", "gap_check", "render_run_report", "render_status", "run_report",
+           "run_status", "submission_view"]  # fmt: skip

@@ -2,9 +2,11 @@
 
     python -m grader worker --store DIR (--gpu N | --cpu) [--once] [--name NAME]
 
-One worker per GPU. Its name defaults to ``<host>:<GPU UUID>`` (``<host>:cpu`` for the CPU), so a
-worker restarted on the same GPU finds the grades it held when it died and settles them at once;
-any other worker settles them when their lease expires. The lease is renewed while a grade runs.
+One worker per GPU, started with the Python the project is installed in (its grades run
+``sys.executable -m grader``). Its name defaults to ``<host>:<GPU UUID>`` (``<host>:cpu`` for the
+CPU), so a worker restarted on the same GPU finds the grades it held when it died and settles
+them at once; any other worker settles them when their lease expires. The lease is renewed while
+a grade runs.
 
 A GPU worker takes a grade only when the device has its profile's peak memory free (`gpu_room`):
 a grade that cannot fit is not started, so it cannot be charged to the submission; meanwhile the
@@ -22,7 +24,7 @@ from typing import TextIO
 
 from grader import device_memory
 from grader.config import ScoringConfig
-from grader.service.executors import Executor, ExecutorError, GradeRequest
+from grader.service.executors import Executor, ExecutorError, GradeRequest, sweep_jobs
 from grader.service.store import Device, Grade, GradeState, Job, Store, StoreError
 from grader.service.text import printable
 
@@ -106,6 +108,9 @@ class Worker:
         orphans = self.store.collect_orphans()
         if orphans:
             self.say(f"removed {orphans} blob(s) no row names")
+        swept = sweep_jobs()
+        if swept:
+            self.say(f"removed the grade folders of {swept} dead worker(s) that left them")
         graded = 0
         wait = 0.0  # the back-off while the device is short of memory
         while not stop():
