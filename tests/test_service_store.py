@@ -102,6 +102,30 @@ def test_same_tree_is_not_graded_twice_unless_forced(store: Store) -> None:
     assert new3 and new4 and forced.id != first.id
 
 
+def _grader_error() -> str:
+    return json.dumps({"status": "grader_error", "score": 0.0, "grader_version": "test",
+                       "reasons": ["the grade process ended with no report"], "timing": None})
+
+
+def test_same_tree_after_a_grader_error_is_graded_again(store: Store) -> None:
+    """The grader's failure is no verdict: the agent sends the same tree again and gets a grade
+    (it cannot change the tree to get one); a verdict, or a grade still waiting, is kept."""
+    run, _ = store.create_run("r")
+    sub, _ = _add(store, run.id, 0.8, max_attempts=1)
+    again, new = _add(store, run.id, 0.8)  # still queued: nothing more
+    assert not new and again.id == sub.id and len(store.grades(sub.id)) == 1
+    job = store.claim("w", GPU_A, lease_s=30)
+    assert job is not None and store.finish(job, _grader_error()).status == "grader_error"
+    again, new = _add(store, run.id, 0.8)
+    assert not new and again.id == sub.id
+    grades = store.grades(sub.id)
+    assert [g.state for g in grades] == [GradeState.DONE, GradeState.QUEUED]
+    job = store.claim("w", GPU_A, lease_s=30)
+    assert job is not None and store.finish(job, _report(0.8)).status == "scored"
+    _add(store, run.id, 0.8)  # a verdict stands: no third grade
+    assert len(store.grades(sub.id)) == 2
+
+
 def test_run_limits(store: Store) -> None:
     run, _ = store.create_run("r", Limits(max_per_hour=2, max_upload_bytes=1 << 20))
     _add(store, run.id, 0.1, "a")

@@ -652,7 +652,8 @@ def _remote_command(args: argparse.Namespace, client: Client) -> int:
     else:
         print(f"already submitted as #{sid}: the service keeps one submission per tree, and "
               f"tree {sent.tree[:12]} (commit {sent.commit[:12]}) is #{sid}'s "
-              f"({_state(view)}); to submit a change, commit it first")
+              f"({_state(view)}); to submit a change, commit it first (a tree whose last grade "
+              "was the grader's own failure, grader_error, is graded again)")
     _left_out(sent.left_out)
     if not args.wait:
         print(f"queued on the operator's service. next: python -m grader submit show {sid} shows "

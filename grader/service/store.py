@@ -304,7 +304,9 @@ class Store:
         """Store a submission of run ``run_id`` and queue its grade.
 
         Returns the submission and whether it is new. The same tree already in the run is
-        returned as it is, not stored or graded again, unless ``force`` (the operator's call).
+        returned as it is, not stored or graded again, unless ``force`` (the operator's call);
+        but one whose last grade ended ``grader_error`` (the grader failed, no verdict) gets
+        another grade queued.
 
         Every check (size, duplicate, rate, grades waiting) comes before the archive is written,
         in the one write transaction that then writes it: a refused upload writes nothing.
@@ -321,20 +323,20 @@ class Store:
                 row = db.execute(f"SELECT {_SUBMISSION} FROM submissions WHERE run_id = ? AND "
                                  "tree_id = ? ORDER BY id LIMIT 1", (run_id, tree)).fetchone()
                 if row is not None:
-                    return Submission._of(row), False
+                    same = Submission._of(row)
+                    if self._ended_by_the_grader(db, same.id):
+                        self._check_waiting(db, run)
+                        db.execute("INSERT INTO grades (submission_id, purpose, state, "
+                                   "max_attempts, queued_at) VALUES (?, 'grade', 'queued', ?, ?)",
+                                   (same.id, max_attempts, now_utc()))  # fmt: skip
+                    return same, False
             now = time.time()
             recent = db.execute("SELECT COUNT(*) FROM submissions WHERE run_id = ? AND "
                                 "submitted_ts > ?", (run_id, now - 3600)).fetchone()[0]
             if recent >= run.limits.max_per_hour:
                 raise LimitExceeded(f"run {run_id} has had {recent} submissions in the last hour; "
                                     f"its limit is {run.limits.max_per_hour}", 429)
-            waiting = db.execute("SELECT COUNT(*) FROM grades g JOIN submissions s ON s.id = "
-                                 "g.submission_id WHERE s.run_id = ? AND g.state != 'done'",
-                                 (run_id,)).fetchone()[0]  # fmt: skip
-            if waiting >= run.limits.max_queued:
-                raise LimitExceeded(f"run {run_id} has {waiting} grades queued or running; its "
-                                    f"limit is {run.limits.max_queued}: submit again when one "
-                                    "is done", 429)  # fmt: skip
+            self._check_waiting(db, run)
             digest = self._put_blob(archive)
             cursor = db.execute(
                 "INSERT INTO submissions (run_id, commit_id, tree_id, note, origin, files, "
@@ -348,6 +350,27 @@ class Store:
                        (sub_id, max_attempts, now_utc()))  # fmt: skip
         assert sub_id is not None
         return self.submission(sub_id), True
+
+    @staticmethod
+    def _check_waiting(db: sqlite3.Connection, run: Run) -> None:
+        waiting = db.execute("SELECT COUNT(*) FROM grades g JOIN submissions s ON s.id = "
+                             "g.submission_id WHERE s.run_id = ? AND g.state != 'done'",
+                             (run.id,)).fetchone()[0]  # fmt: skip
+        if waiting >= run.limits.max_queued:
+            raise LimitExceeded(f"run {run.id} has {waiting} grades queued or running; its "
+                                f"limit is {run.limits.max_queued}: submit again when one "
+                                "is done", 429)  # fmt: skip
+
+    @staticmethod
+    def _ended_by_the_grader(db: sqlite3.Connection, submission_id: int) -> bool:
+        """Whether the submission's last ordinary grade is done as ``grader_error`` with none
+        waiting: the grader's failure, not a verdict, so the same tree sent again is graded
+        again (an agent cannot change a tree the grader failed on to get a grade)."""
+        pending = db.execute("SELECT COUNT(*) FROM grades WHERE submission_id = ? AND "
+                             "state != 'done'", (submission_id,)).fetchone()[0]  # fmt: skip
+        last = db.execute("SELECT status FROM grades WHERE submission_id = ? AND purpose = "
+                          "'grade' ORDER BY id DESC LIMIT 1", (submission_id,)).fetchone()
+        return not pending and last is not None and last[0] == "grader_error"
 
     def submission(self, submission_id: int) -> Submission:
         row = self._db.execute(f"SELECT {_SUBMISSION} FROM submissions WHERE id = ?",
