@@ -62,6 +62,7 @@ from grader.child.channel import (
 )
 from grader.config import PhaseLimit
 from grader.confinement import ChildConfinement, unconfined
+from grader.process_tree import kill_all, process_tree, scan, usage
 
 # The thread-pool variables of every native library a child may load; each is set to the
 # child's pool size, so no pool is sized by the host's core count.
@@ -243,70 +244,6 @@ def _become_subreaper() -> None:
         libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
-def _read_proc(pid: int, name: str) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/{name}").read_text()
-    except OSError:
-        return None
-
-
-def _scan() -> dict[int, tuple[int, int]]:
-    """pid → (ppid, process group) of every process visible in /proc."""
-    out: dict[int, tuple[int, int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        stat = _read_proc(int(entry.name), "stat")
-        if stat is None:
-            continue
-        # Fields after the parenthesised command name, which may itself hold spaces.
-        rest = stat.rsplit(")", 1)[-1].split()
-        out[int(entry.name)] = (int(rest[1]), int(rest[2]))
-    return out
-
-
-def process_tree(root: int) -> list[int]:
-    """``root``, its living descendants, and every process still in its process group.
-
-    The group catches orphans that were re-parented to init after their parent exited.
-    """
-    procs = _scan()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
-    tree, todo = {pid for pid, (_, pgrp) in procs.items() if pgrp == root}, [root]
-    while todo:
-        pid = todo.pop()
-        if pid in procs or pid == root:
-            tree.add(pid)
-        todo.extend(c for c in children.get(pid, ()) if c not in tree)
-    return sorted(tree)
-
-
-def _usage(pids: Sequence[int]) -> tuple[float, int]:
-    """(resident MiB, thread count) summed over ``pids``."""
-    rss_kb, tasks = 0, 0
-    for pid in pids:
-        status = _read_proc(pid, "status")
-        if status is None:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                rss_kb += int(line.split()[1])
-            elif line.startswith("Threads:"):
-                tasks += int(line.split()[1])
-    return rss_kb / 1024.0, tasks
-
-
-def _kill_all(pids: Sequence[int], pgid: int | None) -> None:
-    if pgid is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def _tail(path: Path) -> str:
     try:
         with path.open("rb") as f:
@@ -447,7 +384,7 @@ class ChildProcess:
     def _kill(self, outcome: Outcome, reason: str) -> None:
         if self.killed is None and not self.ended and self.proc is not None:
             self.killed = (outcome, reason)
-            _kill_all(process_tree(self.proc.pid), self.proc.pid)
+            kill_all(process_tree(self.proc.pid), self.proc.pid)
             self.proc.wait()
             self.ended = True
 
@@ -507,7 +444,7 @@ class ChildProcess:
                 if self.arm and not self._armed and message.get("event") == ARM_EVENT:
                     # Counted while the child waits for this reply, before any submission
                     # code runs.
-                    self._armed.append(_usage(process_tree(self.proc.pid))[1])
+                    self._armed.append(usage(process_tree(self.proc.pid))[1])
                     self.send(f"{ARM_EVENT}\n")
             if broken is not None:
                 self.tamper(f"sent a frame that is not the harness's on its result channel: "
@@ -530,7 +467,7 @@ class ChildProcess:
         limits = self.limits
         self._tree = process_tree(self.proc.pid)
         self._seen.update(self._tree)
-        rss, tasks = _usage(self._tree)
+        rss, tasks = usage(self._tree)
         self._peak_rss, self._peak_tasks = max(self._peak_rss, rss), max(self._peak_tasks, tasks)
         if (gpu := self.gpu_usage(self._tree) if self.gpu_usage else None) is not None:
             self._peak_gpu = max(self._peak_gpu or 0, gpu)
@@ -559,7 +496,7 @@ class ChildProcess:
         assert self.proc is not None
         proc = self.proc
         if proc.poll() is None:
-            _kill_all(process_tree(proc.pid), proc.pid)
+            kill_all(process_tree(proc.pid), proc.pid)
             proc.wait()
             if self.killed is None and not kill:
                 self.killed = (Outcome.TIMED_OUT, "was still running when its phase ended")
@@ -567,9 +504,9 @@ class ChildProcess:
         # Anything the child started and left running dies with it; the caller may count it.
         # A process that left the group (setsid) and lost its parent is re-parented to this
         # process (a subreaper): it is found among our own children that the watchdog saw.
-        mine = {pid for pid, (ppid, _) in _scan().items() if ppid == os.getpid()}
+        mine = {pid for pid, (ppid, _) in scan().items() if ppid == os.getpid()}
         leftover = tuple(sorted((set(process_tree(proc.pid)) | (mine & self._seen)) - {proc.pid}))
-        _kill_all(leftover, proc.pid)
+        kill_all(leftover, proc.pid)
         for pid in leftover:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, 0)
