@@ -13,9 +13,12 @@ So a caught out-of-memory error is judged here, in the trusted parent, never by 
   peak, which a worker finds free before it starts the grade (`required_free`);
 - the device: free memory and NVML's running compute processes (pid, used memory, name).
 
-Over its share (held + what it tried to allocate) → ``out_of_memory``. Otherwise → ``grader_error``
-whose first reason starts with `DEVICE_SHORT` and names the holders: the service queues such a
-grade again (`grader.service.verdict.device_short`), it is no verdict on the submission.
+Over its share (held + what it tried to allocate) → ``out_of_memory``. Within its share, but the
+other processes leave the device more free than that (once the child is gone) → ``out_of_memory``
+too: nothing but the submission's own word says the device was short, and a submission can raise
+torch's ``OutOfMemoryError`` itself. Otherwise → ``grader_error`` whose first reason starts with
+`DEVICE_SHORT` and names the holders: the service queues such a grade again
+(`grader.service.verdict.device_short`), it is no verdict on the submission.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ FULL_DEVICE_FRACTION = 0.9
 # process list a poll would be a cost on the parent's thread for no better figure.
 SAMPLE_EVERY_S = 0.25
 _SHOWN = 5  # holders named in a reason; the rest are counted
+# What a process holds beyond the figures its out-of-memory error is judged on (its CUDA context,
+# cuBLAS's workspace, allocations outside torch's caching allocator): free memory within this of
+# what it held and asked for still counts as the device being short.
+UNEXPLAINED_SLACK = 2 * GIB
 # torch's allocator, the CUDA runtime's and driver's codes, and Triton's launcher.
 _CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
                        r"CUDA_ERROR_OUT_OF_MEMORY|\[CUDA\]: out of memory")
@@ -274,6 +281,16 @@ def blame(own: OwnUse, share: int, device: DeviceMemory | None, own_pids: Collec
                      f"profile's peak_device_memory_gib)")  # fmt: skip
     mine = (f"the submission's process held {held}{tried}, within its share of {gib(share)} "
             f"({own.source})")
+    if device is not None and device.free_bytes >= demand + UNEXPLAINED_SLACK:
+        # Judged once the child is gone, so what is free is what the other processes leave. If
+        # that covers what the child held and asked for, no other process explains its error:
+        # the error is the submission's word alone (it can raise torch's own OutOfMemoryError
+        # with any figures), and the word alone does not make a grade the device's.
+        return Blame(Status.OUT_OF_MEMORY,
+                     f"the submission's process ran out of GPU memory by its own account, but "
+                     f"the other processes leave {gib(device.free_bytes)} of "
+                     f"{gib(device.total_bytes)} free, more than it held and asked for: nothing "
+                     f"but the submission explains it ({mine})")  # fmt: skip
     if device is None:
         return Blame(Status.GRADER_ERROR,
                      f"{DEVICE_SHORT}the GPU ran out of memory while {mine}; NVML cannot list "
@@ -310,6 +327,7 @@ def shortfall(device: DeviceMemory | None, peak_device_memory_gib: float,
 
 __all__ = [
     "FULL_DEVICE_FRACTION",
+    "UNEXPLAINED_SLACK",
     "GIB",
     "Blame",
     "DeviceMemory",

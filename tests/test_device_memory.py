@@ -53,6 +53,19 @@ def test_own_peak_under_its_share_on_a_full_device_names_the_holders() -> None:
     assert "held 3.0 GiB, within its share of 10.0 GiB" in found.reason
 
 
+def test_an_oom_the_device_does_not_explain_is_the_submissions() -> None:
+    """A forged out-of-memory error (torch's own exception, raised by the submission with small
+    figures: corpus entry forges_cuda_oom) on a device with room is not the device's."""
+    forged = "CUDA out of memory. Tried to allocate 2.00 MiB. this process has 120.00 MiB memory"
+    found = dm.blame(dm.own_use(None, forged), SHARE, crowded(free=100 * GIB))
+    assert found.status is Status.OUT_OF_MEMORY, found.reason
+    assert "100.0 GiB of 140.0 GiB free" in found.reason and "nothing but the submission" in (
+        found.reason)
+    # Free memory within the slack of what it held and asked for: still the device's.
+    near = dm.blame(dm.own_use(3 * GIB), SHARE, crowded(free=3 * GIB + dm.UNEXPLAINED_SLACK - 1))
+    assert near.status is Status.GRADER_ERROR and near.reason.startswith(DEVICE_SHORT)
+
+
 def test_the_submissions_own_pids_are_not_holders() -> None:
     found = dm.blame(dm.own_use(3 * GIB), SHARE, crowded(), own_pids={1234})
     assert "pid 1234" not in found.reason and "2 other processes hold 11.0 GiB" in found.reason
