@@ -37,6 +37,24 @@ def tree_tar(files: dict[str, str], commit: str | None = None) -> bytes:
     return buffer.getvalue()
 
 
+def tar_with(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", size: int = 0) -> bytes:
+    """An uncompressed upload of ``solution.py`` and one member ``name`` of ``kind`` (a regular
+    file of ``size`` zero bytes, or a link to ``link``, a device, a fifo): an archive trick."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("solution.py")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = kind, link
+        if kind == tarfile.REGTYPE:
+            info.size = size
+            tar.addfile(info, io.BytesIO(bytes(size)))
+        else:
+            tar.addfile(info)
+    return buffer.getvalue()
+
+
 def solution(score: float, salt: str = "") -> dict[str, str]:
     return {"solution.py": f'"""A fake submission."""\nSCORE = {score}\n# {salt}\n'}
 

@@ -25,6 +25,7 @@ from service_helpers import (
     grader_cli,
     pid_alive,
     solution,
+    tar_with,
     tree_tar,
     upload,
     wait_for,
@@ -131,18 +132,6 @@ def test_200_concurrent_submissions_from_8_clients_are_each_graded_once(tmp_path
     assert {g.worker for g in grades} == {"w0", "w1"}
 
 
-def _tar_with(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("solution.py")
-        info.size = 1
-        tar.addfile(info, io.BytesIO(b"x"))
-        info = tarfile.TarInfo(name)
-        info.type, info.linkname = kind, link
-        tar.addfile(info, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
-    return buffer.getvalue()
-
-
 @pytest.mark.slow
 def test_bad_uploads_are_refused_and_nothing_is_stored(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
@@ -154,10 +143,10 @@ def test_bad_uploads_are_refused_and_nothing_is_stored(tmp_path: Path) -> None:
             gz.write(bytes(1 << 20))
     cases = {
         "tampered": (gzip.compress(good)[:-40], 400, "gzip"),
-        "escaping": (_tar_with("../evil.py"), 400, ".."),
-        "absolute": (_tar_with("/etc/evil.py"), 400, "absolute"),
-        "symlink": (_tar_with("link", tarfile.SYMTYPE, "/etc/passwd"), 400, "symlink"),
-        "device": (_tar_with("dev", tarfile.CHRTYPE), 400, "device"),
+        "escaping": (tar_with("../evil.py"), 400, ".."),
+        "absolute": (tar_with("/etc/evil.py"), 400, "absolute"),
+        "symlink": (tar_with("link", tarfile.SYMTYPE, "/etc/passwd"), 400, "symlink"),
+        "device": (tar_with("dev", tarfile.CHRTYPE), 400, "device"),
         "oversized": (good + bytes(20_000), 413, "limit"),
         "bomb": (bomb.getvalue(), 413, ""),
     }

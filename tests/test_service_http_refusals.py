@@ -32,6 +32,7 @@ from service_helpers import (
     one_reply,
     read_reply,
     solution,
+    tar_with,
     tree_tar,
     upload,
 )
@@ -98,23 +99,6 @@ def _raw(live: Live, method: str, path: str, *, token: str | None = None, extra:
          body: bytes = b"") -> bytes:  # fmt: skip
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
     return (f"{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}{extra}\r\n").encode() + body
-
-
-def _tar(name: str, kind: bytes = tarfile.REGTYPE, link: str = "", size: int = 1) -> bytes:
-    """solution.py and one member ``name`` of ``kind``."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        info = tarfile.TarInfo("solution.py")
-        info.size = 1
-        tar.addfile(info, io.BytesIO(b"x"))
-        info = tarfile.TarInfo(name)
-        info.type, info.linkname = kind, link
-        if kind == tarfile.REGTYPE:
-            info.size = size
-            tar.addfile(info, io.BytesIO(bytes(size)))
-        else:
-            tar.addfile(info)
-    return buffer.getvalue()
 
 
 def _bomb() -> bytes:
@@ -347,12 +331,12 @@ def test_tokens(live: Live) -> None:
 
 
 ARCHIVES = {
-    "absolute path": (_tar("/etc/evil.py"), 400, "absolute"),
-    "dot-dot": (_tar("../evil.py"), 400, ".."),
-    "symlink": (_tar("link", tarfile.SYMTYPE, "/etc/passwd"), 400, "symlink"),
-    "hard link": (_tar("hard", tarfile.LNKTYPE, "solution.py"), 400, "link"),
-    "device": (_tar("dev", tarfile.CHRTYPE), 400, "device"),
-    "fifo": (_tar("fifo", tarfile.FIFOTYPE), 400, ""),
+    "absolute path": (tar_with("/etc/evil.py", size=1), 400, "absolute"),
+    "dot-dot": (tar_with("../evil.py", size=1), 400, ".."),
+    "symlink": (tar_with("link", tarfile.SYMTYPE, "/etc/passwd"), 400, "symlink"),
+    "hard link": (tar_with("hard", tarfile.LNKTYPE, "solution.py"), 400, "link"),
+    "device": (tar_with("dev", tarfile.CHRTYPE), 400, "device"),
+    "fifo": (tar_with("fifo", tarfile.FIFOTYPE), 400, ""),
     "oversize member": (b"", 413, ""),  # built in the test: over the run's 64 KiB as received
     "compression bomb": (_bomb(), 413, ""),
     "not a tar": (b"just some bytes" * 10, 400, "tar"),
@@ -364,7 +348,7 @@ ARCHIVES = {
 def test_every_archive_trick_comes_back_400_or_413_json(live: Live, name: str) -> None:
     data, status, words = ARCHIVES[name]
     if name == "oversize member":
-        data = _tar("big.bin", size=100_000)
+        data = tar_with("big.bin", size=100_000)
     reply = upload(live.url, live.token, live.run, data, fake_commit(name))
     assert words in _is_error(reply.status, reply.body, status), reply.body
     with Store(live.store) as store:
