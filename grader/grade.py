@@ -249,13 +249,12 @@ def grade_profile(config: ScoringConfig, options: GradeOptions, gpu: int) -> Pro
     return config.timing.profiles.get(name)
 
 
-def overlaps(config: ScoringConfig, options: GradeOptions, gpu: int) -> bool:
+def overlaps(options: GradeOptions, profile: Profile | None) -> bool:
     """Whether this grade starts its timing beside the gate: as asked, else as the profile it
-    will time with says (False for a profile that does not exist: timing then says why)."""
+    will time with (`grade_profile`) says (False for none: timing then says why)."""
     if options.overlap_timing is not None:
         return options.overlap_timing
-    prof = grade_profile(config, options, gpu)
-    return prof is not None and prof.overlap_timing
+    return profile is not None and profile.overlap_timing
 
 
 def _device(system: SystemInfo, gpu: int) -> device_memory.DeviceMemory | None:
@@ -375,7 +374,7 @@ def grade(workspace: str | Path, options: GradeOptions | None = None) -> GradeRe
                                             grader_pid=os.getpid())  # fmt: skip
             if short:
                 return report(Status.GRADER_ERROR, [short], **common)
-        if gpu is not None and overlaps(config, options, gpu):
+        if gpu is not None and overlaps(options, profile):
             early = _start_timing(sub.root, config, options, gpu)
         bar = progress_bar() if options.progress else None
         try:

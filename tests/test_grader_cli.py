@@ -96,7 +96,7 @@ def test_grade_overlaps_as_its_profile_says_unless_asked(monkeypatch) -> None:
     a flag wins over it; a profile that does not exist never overlaps (timing says why)."""
     from grader import telemetry
     from grader.config import DEFAULT_PATH, load_config
-    from grader.grade import GradeOptions, overlaps
+    from grader.grade import GradeOptions, grade_profile, overlaps
 
     config = load_config(DEFAULT_PATH)
     assert config.timing.profiles["h200"].overlap_timing is True
@@ -104,11 +104,15 @@ def test_grade_overlaps_as_its_profile_says_unless_asked(monkeypatch) -> None:
     names = iter(["NVIDIA H200", "NVIDIA L4", None])
     monkeypatch.setattr(telemetry, "device_info",
                         lambda index=0: telemetry.DeviceInfo(name=next(names)))
-    assert overlaps(config, GradeOptions(), 0) is True
-    assert overlaps(config, GradeOptions(), 0) is False
-    assert overlaps(config, GradeOptions(), 0) is (
+
+    def decided(options: GradeOptions) -> bool:
+        return overlaps(options, grade_profile(config, options, 0))
+
+    assert decided(GradeOptions()) is True
+    assert decided(GradeOptions()) is False
+    assert decided(GradeOptions()) is (
         config.timing.profiles[config.timing.fallback].overlap_timing)
-    assert overlaps(config, GradeOptions(profile="h200", overlap_timing=False), 0) is False
-    assert overlaps(config, GradeOptions(profile="l4", overlap_timing=True), 0) is True
-    assert overlaps(config, GradeOptions(profile="smoke"), 0) is False
-    assert overlaps(config, GradeOptions(profile="nope"), 0) is False
+    assert decided(GradeOptions(profile="h200", overlap_timing=False)) is False
+    assert decided(GradeOptions(profile="l4", overlap_timing=True)) is True
+    assert decided(GradeOptions(profile="smoke")) is False
+    assert decided(GradeOptions(profile="nope")) is False
