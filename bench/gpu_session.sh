@@ -314,7 +314,7 @@ norm-grad)
     suite norm-grad-gpu 150 -rA -m gpu tests/test_reference_gpu.py \
         -k "norm_grad or norm_backward or fuses_the_residual" | tee -a "$OUT/summary.txt"
     timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 bench/step/step_limit.py --profile h200 \
-        --time --variants reference,reference_two_pass_norm --rounds "${ROUNDS:-12}" \
+        --time --variants ceiling,ceiling_two_pass_norm --rounds "${ROUNDS:-12}" \
         --out-dir "$OUT" --tag norm-grad > "$OUT/step-norm-grad.log" 2>&1
     echo "step limit: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
     cat "$OUT"/step-limit-*.md 2>/dev/null | tee -a "$OUT/summary.txt"
@@ -518,7 +518,7 @@ split-mlp)
     suite split-gpu 150 -rA -m gpu tests/test_reference_split_linear.py \
         | tee -a "$OUT/summary.txt"
     timeout $(( ${LIMIT:-560} - $(elapsed) )) python3 bench/step/step_limit.py --profile h200 \
-        --time --variants eager,reference,reference_split_mlp,reference_bf16x3_mlp --rounds 8 \
+        --time --variants eager,ceiling,ceiling_split_mlp,reference_bf16x3_mlp --rounds 8 \
         --shapes float32:64x8192:d1,float32:64x8192:d512,bfloat16:256x8192:d1 \
         --out-dir "$OUT" --tag h200-split > "$OUT/step-split.log" 2>&1
     echo "step limit: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
