@@ -123,7 +123,10 @@ suite() {
     shift 2
     local t0
     t0=$(date +%s)
-    timeout "$limit" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$OUT/$name.log" 2>&1
+    # SIGINT, not SIGTERM: pytest ends a run it is told to stop as if interrupted from the
+    # keyboard and still prints which tests failed so far (a suite cut by its limit said nothing).
+    timeout --signal=INT --kill-after=20 "$limit" python3 -m pytest -q -p no:cacheprovider -rfE \
+        "$@" > "$OUT/$name.log" 2>&1
     echo "$name: rc=$? wall=$(( $(date +%s) - t0 ))s $(tail -n 1 "$OUT/$name.log")"
 }
 
@@ -299,7 +302,7 @@ inspect-run)
         --model mockllm/model --sandbox local -T store="$out/store" --log-dir "$out/logs" \
         --log-format json --display plain > "$OUT/inspect.log" 2>&1
     echo "inspect eval: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
-    timeout 20 "$py" bench/inspect_log.py "$out"/logs/*.json 2>&1 \
+    timeout 20 "$py" bench/adapters/inspect_log.py "$out"/logs/*.json 2>&1 \
         | tee -a "$OUT/summary.txt"
     tail -n 5 "$OUT/inspect.log"
     ;;

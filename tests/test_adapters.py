@@ -164,7 +164,7 @@ def test_the_inspect_task_grades_under_inspects_runner(
     assert "no submission was scored" in final.explanation
     assert [g["status"] for g in final.metadata["grades"]] == ["checked_untimed"]
     # What bench/gpu_session.sh inspect-run prints from the log (and its exit status).
-    spec = importlib.util.spec_from_file_location("inspect_log", REPO / "bench" / "inspect_log.py")
+    spec = importlib.util.spec_from_file_location("inspect_log", REPO / "bench" / "adapters" / "inspect_log.py")
     assert spec is not None and spec.loader is not None
     reader = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reader)

@@ -126,6 +126,26 @@ def test_same_tree_after_a_grader_error_is_graded_again(store: Store) -> None:
     assert len(store.grades(sub.id)) == 2
 
 
+def test_a_tree_sent_again_counts_against_the_hourly_limit(store: Store) -> None:
+    """Sending a tree the grader failed on again queues a grade: it takes GPU time like a new
+    submission, so the hourly limit counts it (it did not: resends were unlimited)."""
+    run, _ = store.create_run("r", Limits(max_per_hour=2, max_queued=10))
+    sub, _ = _add(store, run.id, 0.8, "a", max_attempts=1)
+    job = store.claim("w", GPU_A, lease_s=30)
+    assert job is not None and store.finish(job, _grader_error()).status == "grader_error"
+    again, new = _add(store, run.id, 0.8, "a")  # the second grade asked for this hour
+    assert not new and again.id == sub.id and len(store.grades(sub.id)) == 2
+    with pytest.raises(LimitExceeded, match=r"2 submissions in the last hour \(1 of them graded "
+                                            r"again\); its limit is 2") as exc:  # fmt: skip
+        _add(store, run.id, 0.3, "b")
+    assert exc.value.http_status == 429
+    job = store.claim("w", GPU_A, lease_s=30)
+    assert job is not None and store.finish(job, _grader_error()).status == "grader_error"
+    with pytest.raises(LimitExceeded, match="in the last hour"):  # a third resend: refused too
+        _add(store, run.id, 0.8, "a")
+    assert len(store.grades(sub.id)) == 2 and len(store.submissions(run.id)) == 1
+
+
 def test_run_limits(store: Store) -> None:
     run, _ = store.create_run("r", Limits(max_per_hour=2, max_upload_bytes=1 << 20))
     _add(store, run.id, 0.1, "a")

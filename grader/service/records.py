@@ -23,7 +23,8 @@ class Limits:
     """A run's limits on what its agent may send.
 
     Attributes:
-        max_per_hour: New submissions in any hour.
+        max_per_hour: Grades its agent may ask for in any hour: new submissions, and trees the
+            grader failed on sent again (`grader.service.store.Store.add_submission`).
         max_upload_bytes: One archive's bytes.
         max_queued: The run's grades not yet done (queued or running): an upload past it is
             refused (429) until one finishes, so one run's burst never becomes hours of every

@@ -312,7 +312,8 @@ class Store:
         in the one write transaction that then writes it: a refused upload writes nothing.
 
         Raises:
-            LimitExceeded: The run's upload size (413), hourly rate or grades waiting (429).
+            LimitExceeded: The run's upload size (413), hourly rate (`_check_rate`: a grade
+                queued again counts) or grades waiting (429).
         """
         run = self.run(run_id)
         if len(archive) > run.limits.max_upload_bytes:
@@ -325,17 +326,14 @@ class Store:
                 if row is not None:
                     same = Submission._of(row)
                     if self._ended_by_the_grader(db, same.id):
+                        self._check_rate(db, run, time.time())
                         self._check_waiting(db, run)
                         db.execute("INSERT INTO grades (submission_id, purpose, state, "
                                    "max_attempts, queued_at) VALUES (?, 'grade', 'queued', ?, ?)",
                                    (same.id, max_attempts, now_utc()))  # fmt: skip
                     return same, False
             now = time.time()
-            recent = db.execute("SELECT COUNT(*) FROM submissions WHERE run_id = ? AND "
-                                "submitted_ts > ?", (run_id, now - 3600)).fetchone()[0]
-            if recent >= run.limits.max_per_hour:
-                raise LimitExceeded(f"run {run_id} has had {recent} submissions in the last hour; "
-                                    f"its limit is {run.limits.max_per_hour}", 429)
+            self._check_rate(db, run, now)
             self._check_waiting(db, run)
             digest = self._put_blob(archive)
             cursor = db.execute(
@@ -350,6 +348,27 @@ class Store:
                        (sub_id, max_attempts, now_utc()))  # fmt: skip
         assert sub_id is not None
         return self.submission(sub_id), True
+
+    @staticmethod
+    def _check_rate(db: sqlite3.Connection, run: Run, now: float) -> None:
+        """The run's hourly limit, on the grades it asked for in the last hour: each new
+        submission, and each grade queued again for a stored one (a tree the grader failed on,
+        sent again: without this, resending such a tree took GPU time outside the limit). The
+        operator's regrades of the run's submissions are counted too: the store cannot tell them
+        from a resend, and they take the same GPU time."""
+        new = db.execute("SELECT COUNT(*) FROM submissions WHERE run_id = ? AND submitted_ts > ?",
+                         (run.id, now - 3600)).fetchone()[0]  # fmt: skip
+        cutoff = datetime.fromtimestamp(now - 3600, UTC).isoformat(timespec="seconds")
+        again = db.execute(
+            "SELECT COUNT(*) FROM grades g JOIN submissions s ON s.id = g.submission_id "
+            "WHERE s.run_id = ? AND g.purpose = 'grade' AND g.queued_at > ? "
+            "AND g.id > (SELECT MIN(id) FROM grades WHERE submission_id = s.id)",
+            (run.id, cutoff),
+        ).fetchone()[0]
+        if new + again >= run.limits.max_per_hour:
+            resent = f" ({again} of them graded again)" if again else ""
+            raise LimitExceeded(f"run {run.id} has had {new + again} submissions in the last "
+                                f"hour{resent}; its limit is {run.limits.max_per_hour}", 429)
 
     @staticmethod
     def _check_waiting(db: sqlite3.Connection, run: Run) -> None:

@@ -1,7 +1,7 @@
 """The wheelhouse that carries ``inspect_ai`` to the GPU machine, which has no network
 (``bench/gpu_session.sh inspect-run`` installs from it).
 
-    python bench/inspect_wheelhouse.py [--dest .wheelhouse]
+    python bench/adapters/inspect_wheelhouse.py [--dest .wheelhouse]
 
 Downloads ``inspect_ai`` and its dependencies for CPython 3.12 on x86_64 Linux (the machine's), then
 makes it fit the 64 MiB a device call carries with the tree, dropping only what that run never

@@ -1,7 +1,7 @@
 """What an Inspect log of the task (`grader.adapters.inspect_task`) says: each grade the ``grade``
 tool made (an intermediate score) and the sample's final score, the final regrade of the best.
 
-    python bench/inspect_log.py LOG [LOG ...]      # .eval or .json logs of `inspect eval`
+    python bench/adapters/inspect_log.py LOG [LOG ...]      # .eval or .json logs of `inspect eval`
 
 Exits 1 unless every log's final score is above 0 and comes from a timed final regrade.
 """
