@@ -359,3 +359,39 @@ def test_the_citation_checks_catch_what_they_are_for() -> None:
     text = "CONTRACT §4–§5 and CONTRACT §2, §8. CONTRACT §3. CONTRACT " + "§9.1"
     assert _cited(text) == ["4", "5", "2", "8", "3", "9.1"]
     assert "9.1" not in _sections() and "3" in _sections()
+
+
+README_MAX_LINES = 300
+
+
+def _layout_section() -> str:
+    text = (REPO / "README.md").read_text()
+    start, end = text.index("\n## Layout"), text.index("\n## Working on it")
+    return text[start:end]
+
+
+def test_the_readme_stays_a_guide() -> None:
+    """README.md is a guide with a table of contents, not a log: measurements live in
+    bench/results/README.md, the long form in docs/."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines > {README_MAX_LINES}: move detail to docs/ or "
+        "bench/results/README.md")
+    assert "## Contents" in lines, "README.md lost its table of contents (## Contents)"
+
+
+def test_every_module_is_on_the_readme_map() -> None:
+    """The README's layout table is the map of the tree: every module of the packages, bench/
+    and metr/ is named there (by its file name or module name in backticks, or its path)."""
+    layout = _layout_section()
+    missing = []
+    for top in (*PACKAGES, "bench", "metr"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO)
+            if path.name == "__init__.py" or {"__pycache__", "results"} & set(rel.parts):
+                continue
+            names = (f"`{path.name}`", f"`{path.stem}`", str(rel))
+            if not any(name in layout for name in names):
+                missing.append(str(rel))
+    assert not missing, f"modules the README's layout table does not name: {missing}"
+
