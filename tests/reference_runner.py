@@ -8,7 +8,11 @@ Used two ways:
 - GPU tests import `kernel_check` and `block_check` and call them in-process.
 
 A spec is a dict with ``kind`` "kernel" (conv_norm alone against an fp64 autograd reference)
-or "block" (the whole reference block against `task.oracle.oracle_step`).
+or "block" (the whole reference block against `task.oracle.oracle_step`), among others (`run`).
+Block checks take ``block``: "scoring" (the default: `reference.block.DilatedResidualBlock`, the
+block the grader times) or "ceiling" (`reference.ceiling.CeilingBlock`, the whole-step block,
+whose switches ``split_mlp``, ``norm_grad_from_mlp`` and ``norm_grad_min_elements`` a spec may
+set; a scoring spec that names them is refused, since that block has none).
 """
 
 from __future__ import annotations
@@ -37,6 +41,39 @@ def _plan(spec: dict[str, Any]) -> Any:
     from reference.plans import Plan
 
     return Plan(**spec["plan"]) if spec.get("plan") else None
+
+
+# The keys a spec may set on the ceiling's switches (`reference.ceiling.CeilingBlock`).
+CEILING_SWITCHES = ("split_mlp", "norm_grad_from_mlp", "norm_grad_min_elements")
+
+
+def block_class(spec: dict[str, Any]) -> type:
+    """The block a spec names (``block``: "scoring", the default, or "ceiling").
+
+    Raises:
+        ValueError: An unknown ``block``, or a scoring spec that sets a ceiling switch.
+    """
+    which = spec.get("block", "scoring")
+    if which == "ceiling":
+        from reference.ceiling import CeilingBlock
+
+        return CeilingBlock
+    if which != "scoring":
+        raise ValueError(f"spec block={which!r} is not 'scoring' or 'ceiling'")
+    switches = [key for key in CEILING_SWITCHES if spec.get(key) is not None]
+    if switches:
+        raise ValueError(f"spec block='scoring' sets {switches}: the scoring block has no "
+                         "switches (only the ceiling has)")
+    from reference.block import DilatedResidualBlock
+
+    return DilatedResidualBlock
+
+
+def _set_switches(block: Any, spec: dict[str, Any]) -> None:
+    """The spec's choice of the ceiling's switches (absent: the block's defaults)."""
+    for key in CEILING_SWITCHES:
+        if spec.get(key) is not None:
+            setattr(block, key, spec[key])
 
 
 def kernel_check(spec: dict[str, Any]) -> dict[str, float]:
@@ -98,14 +135,12 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     Spec keys: case (name), seed (public), optional dtype, batch, length, dilation (override
     the case's), optional plan, device (default "cpu"), optional plain (also report the frozen
     PyTorch block's utilisation on the same inputs, under ``plain_<check>`` keys), optional
-    split_mlp (the reference block's ``split_mlp``; absent: the device's default path),
-    optional norm_grad_from_mlp and norm_grad_min_elements (the block's attributes of those
-    names; absent: its defaults).
+    block and, for the ceiling, its switches (module docstring).
     """
     import reference.conv_norm as cn
-    from reference.block import DilatedResidualBlock
 
     cn.POISON_OUTPUTS = True
+    ref_cls = block_class(spec)
     device = spec.get("device", "cpu")
     cfg = load_config()
     cases = {c.name: c for c in (*cfg.correctness.cases, *cfg.correctness.drift.cases)}
@@ -128,16 +163,14 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
         block.load_state_dict(inp.state_dict())
         if plan is not None:
             block.plan = plan
-        if spec.get("split_mlp") is not None:
-            block.split_mlp = spec["split_mlp"]
-        if cls is DilatedResidualBlock:
-            _set_norm_grad(block, spec)
+        if cls is ref_cls:
+            _set_switches(block, spec)
         x = inp.x.clone().requires_grad_()
         out = block(x)
         out.backward(inp.grad_out)
         return step_utilisation(block, x, out, ref, budget)
 
-    result = step_util(DilatedResidualBlock, _plan(spec))
+    result = step_util(ref_cls, _plan(spec))
     if spec.get("plain"):
         from task.model import DilatedResidualBlock as PlainBlock
 
@@ -145,36 +178,24 @@ def block_check(spec: dict[str, Any]) -> dict[str, float]:
     return result
 
 
-def _set_norm_grad(block: Any, spec: dict[str, Any]) -> None:
-    """The spec's choice of the block's normalization backward (`reference.norm_grad`), where
-    it makes one."""
-    for key in ("norm_grad_from_mlp", "norm_grad_min_elements"):
-        if spec.get(key) is not None:
-            setattr(block, key, spec[key])
-
-
 def identity_check(spec: dict[str, Any]) -> dict[str, float]:
     """Zero fc weights: out == x and x.grad == grad_out bit for bit, other grads exactly 0.
 
     Spec keys: batch, length, channels, dilation, dtype, seed, device (default "cpu"), optional
-    split_mlp (absent: the device's default path), optional norm_grad_from_mlp and
-    norm_grad_min_elements (absent: the block's defaults). Returns 0.0 per check that holds
-    exactly, inf per check that does not.
+    block and, for the ceiling, its switches (module docstring). Returns 0.0 per check that
+    holds exactly, inf per check that does not.
     """
-    from reference.block import DilatedResidualBlock
-
+    cls = block_class(spec)
     device = spec.get("device", "cpu")
     inp = make_inputs(batch=spec["batch"], length=spec["length"], channels=spec["channels"],
                       expansion=2, family="normal", dtype=spec["dtype"],
                       seed=derive_seed(spec["seed"]), device=device)
-    block = DilatedResidualBlock(spec["channels"], spec["dilation"]).to(
-        device=device, dtype=DTYPES[spec["dtype"]])
+    block = cls(spec["channels"], spec["dilation"]).to(device=device, dtype=DTYPES[spec["dtype"]])
     state = inp.state_dict()
     state["fc1.weight"] = torch.zeros_like(state["fc1.weight"])
     state["fc2.weight"] = torch.zeros_like(state["fc2.weight"])
     block.load_state_dict(state)
-    block.split_mlp = spec.get("split_mlp")
-    _set_norm_grad(block, spec)
+    _set_switches(block, spec)
     x = inp.x.clone().requires_grad_()
     out = block(x)
     out.backward(inp.grad_out)
@@ -240,8 +261,10 @@ def _recording_backward(keyword: str) -> Iterator[list[bool]]:
 
 
 def skip_check(spec: dict[str, Any]) -> dict[str, float]:
-    """The block's residual gradient fused into the conv+norm backward (``fuse_residual``, the
-    default) against autograd's separate add (False), one training step each on the same inputs.
+    """The residual gradient fused into the conv+norm backward (the scoring block's way, and the
+    ceiling's ``fuse_residual`` default) against autograd's separate add (the ceiling's
+    ``fuse_residual`` False), one training step each on the same inputs. Both steps are the
+    ceiling's, with ``norm_grad_from_mlp`` False: so the fused one is the scoring block's step.
 
     Spec keys: batch, length, channels, dilation, dtype, seed, optional plan, device (default
     "cpu"). Returns ``grad_x``: the largest |difference| of x.grad over 8 unit roundoffs of the
@@ -252,7 +275,7 @@ def skip_check(spec: dict[str, Any]) -> dict[str, float]:
     gradient to the backward kernel (``residual_grad``) and the unfused one did not, else inf.
     """
     import reference.conv_norm as cn
-    from reference.block import DilatedResidualBlock
+    from reference.ceiling import CeilingBlock
 
     cn.POISON_OUTPUTS = True
     device = spec.get("device", "cpu")
@@ -262,7 +285,7 @@ def skip_check(spec: dict[str, Any]) -> dict[str, float]:
     steps = []
     with _recording_backward("residual_grad") as handed:
         for fuse in (True, False):
-            block = DilatedResidualBlock(spec["channels"], spec["dilation"]).to(
+            block = CeilingBlock(spec["channels"], spec["dilation"]).to(
                 device=device, dtype=DTYPES[spec["dtype"]])
             block.load_state_dict(inp.state_dict())
             block.plan = _plan(spec)
@@ -320,7 +343,7 @@ def norm_grad_sums_check(spec: dict[str, Any]) -> dict[str, float]:
 
 
 def norm_way_check(spec: dict[str, Any]) -> dict[str, float]:
-    """The default block's choice of normalization backward by example size: c1 and c2 from the
+    """The ceiling's default choice of normalization backward by example size: c1 and c2 from the
     MLP (the backward kernel given ``c12``) for examples of at least
     `reference.norm_grad.MIN_EXAMPLE_ELEMENTS` values, its own first pass below.
 
@@ -328,7 +351,7 @@ def norm_way_check(spec: dict[str, Any]) -> dict[str, float]:
     ``as_sized``: 0.0 if the backward was given c12 exactly when length·channels reaches the
     floor, else inf.
     """
-    from reference.block import DilatedResidualBlock
+    from reference.ceiling import CeilingBlock
     from reference.norm_grad import MIN_EXAMPLE_ELEMENTS
 
     device = spec.get("device", "cpu")
@@ -336,7 +359,7 @@ def norm_way_check(spec: dict[str, Any]) -> dict[str, float]:
                       expansion=2, family="normal", dtype=spec["dtype"],
                       seed=derive_seed(spec["seed"]), device=device)
     with _recording_backward("c12") as given:
-        block = DilatedResidualBlock(spec["channels"], spec["dilation"]).to(
+        block = CeilingBlock(spec["channels"], spec["dilation"]).to(
             device=device, dtype=DTYPES[spec["dtype"]])
         block.load_state_dict(inp.state_dict())
         x = inp.x.clone().requires_grad_()
@@ -345,11 +368,124 @@ def norm_way_check(spec: dict[str, Any]) -> dict[str, float]:
     return {"as_sized": 0.0 if given == [expected] else math.inf}
 
 
-def run(spec: dict[str, Any]) -> dict[str, float]:
+# The modules whose Triton kernels are conv+norm's own (the scoring block launches no other).
+CONV_NORM_MODULES = ("reference.conv_norm", "reference.conv_norm_chain", "reference.conv_norm_group")
+
+
+@contextmanager
+def _recording_step() -> Iterator[dict[str, Any]]:
+    """Record, while active, every Triton kernel launched (``kernels``: "module.name") and every
+    aten op dispatched outside a launch (``ops``: overload packet names; the interpreter's own
+    copies of a launch's arguments are not the step's ops)."""
+    import triton.runtime.interpreter as interp
+    import triton.runtime.jit as jit
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: dict[str, Any] = {"kernels": set(), "ops": set(), "in_launch": 0}
+
+    def recording(run: Any) -> Any:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            seen["kernels"].add(f"{self.fn.__module__}.{self.fn.__name__}")
+            seen["in_launch"] += 1
+            try:
+                return run(self, *args, **kwargs)
+            finally:
+                seen["in_launch"] -= 1
+        return wrapper
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            if not seen["in_launch"]:
+                seen["ops"].add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    saved = [(cls, cls.run) for cls in (jit.JITFunction, interp.InterpretedFunction)]
+    for cls, run in saved:
+        cls.run = recording(run)
+    try:
+        with Ops():
+            yield seen
+    finally:
+        for cls, run in saved:
+            cls.run = run
+
+
+def step_ops_check(spec: dict[str, Any]) -> dict[str, Any]:
+    """What one training step of a block runs: the forward's and the backward's aten ops and
+    Triton kernels, and the autograd graph's nodes (Python Functions by their class name, e.g.
+    ``ConvNormSkipFunctionBackward``, and autograd's own, e.g. ``GeluBackward0``).
+
+    Spec keys: batch, length, channels, dilation, dtype, seed, device (default "cpu"), optional
+    block and, for the ceiling, its switches (module docstring). Returns lists, not
+    utilisations: ``forward_ops``, ``backward_ops``, ``forward_kernels``, ``backward_kernels``,
+    ``graph`` (sorted names), ``python_functions`` (the graph's custom autograd Functions).
+    """
+    cls = block_class(spec)
+    device = spec.get("device", "cpu")
+    inp = make_inputs(batch=spec["batch"], length=spec["length"], channels=spec["channels"],
+                      expansion=2, family="normal", dtype=spec["dtype"],
+                      seed=derive_seed(spec["seed"]), device=device)
+    block = cls(spec["channels"], spec["dilation"]).to(device=device, dtype=DTYPES[spec["dtype"]])
+    block.load_state_dict(inp.state_dict())
+    _set_switches(block, spec)
+    x = inp.x.clone().requires_grad_()
+    with _recording_step() as fwd:
+        out = block(x)
+    graph: set[str] = set()
+    python_functions: set[str] = set()
+    stack, visited = [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in visited:
+            continue
+        visited.add(id(node))
+        graph.add(type(node).__name__)
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            python_functions.add(type(node).__name__)
+        stack.extend(next_fn for next_fn, _ in node.next_functions)
+    with _recording_step() as bwd:
+        out.backward(inp.grad_out)
+    return {"forward_ops": sorted(fwd["ops"]), "backward_ops": sorted(bwd["ops"]),
+            "forward_kernels": sorted(fwd["kernels"]), "backward_kernels": sorted(bwd["kernels"]),
+            "graph": sorted(graph), "python_functions": sorted(python_functions)}
+
+
+def determinism_check(spec: dict[str, Any]) -> dict[str, float]:
+    """Two training steps of a block on the same inputs: the output and every gradient (x's and
+    the three weights') bit for bit the same.
+
+    Spec keys: batch, length, channels, dilation, dtype, seed, optional plan, device (default
+    "cpu"), optional block and, for the ceiling, its switches. Returns 0.0 per tensor that is
+    the same both times, inf per tensor that is not.
+    """
+    cls = block_class(spec)
+    device = spec.get("device", "cpu")
+    inp = make_inputs(batch=spec["batch"], length=spec["length"], channels=spec["channels"],
+                      expansion=2, family="normal", dtype=spec["dtype"],
+                      seed=derive_seed(spec["seed"]), device=device)
+    steps = []
+    for _ in range(2):
+        block = cls(spec["channels"], spec["dilation"]).to(device=device,
+                                                           dtype=DTYPES[spec["dtype"]])
+        block.load_state_dict(inp.state_dict())
+        block.plan = _plan(spec)
+        _set_switches(block, spec)
+        x = inp.x.clone().requires_grad_()
+        out = block(x)
+        out.backward(inp.grad_out)
+        steps.append({"out": out, "grad_x": x.grad,
+                      **{f"grad_{name}": p.grad for name, p in block.named_parameters()}})
+    first, second = steps
+    return {name: 0.0 if torch.equal(first[name], second[name]) else math.inf for name in first}
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Dispatch one spec by its ``kind``."""
     checks = {"kernel": kernel_check, "block": block_check, "identity": identity_check,
               "residual": residual_check, "skip": skip_check,
-              "norm_grad_sums": norm_grad_sums_check, "norm_way": norm_way_check}
+              "norm_grad_sums": norm_grad_sums_check, "norm_way": norm_way_check,
+              "step_ops": step_ops_check, "determinism": determinism_check}
     if spec["kind"] not in checks:
         raise ValueError(f"spec kind={spec['kind']!r} is not one of {sorted(checks)}")
     return checks[spec["kind"]](spec)

@@ -224,12 +224,16 @@ def test_smoke_run_reports_the_step_limit(tmp_path: Path) -> None:
     assert set(result["compile_s"]) == set(bench.COMPILE_MODES)
     assert all(math.isfinite(s) and s > 0 for s in result["compile_s"].values())
     assert "compile_max_autotune/reference" in result["ratios"]
-    # Both backwards timed, the block's (c1, c2 given, the residual added) charged 4·N·e too.
-    assert {"fwd:ref", "bwd:ref", "bwd_block:ref", "copy"} <= set(result["kernels"])
+    # Every backward timed, the scoring block's (the residual added) and the ceiling's (c1, c2
+    # given too) charged 4·N·e as well; the fp32 floor from the faster product (issue 41).
+    assert {"fwd:ref", "bwd:ref", "bwd_block:ref", "bwd_ceiling:ref", "copy"} <= set(
+        result["kernels"])
     assert result["copy_fraction"]["bwd_block:ref"] > 0
+    assert result["copy_fraction"]["bwd_ceiling:ref"] > 0
+    assert set(rates["fp32_products"]) == {"fp32", "bf16x3"} and rates["fp32_product"]
     text = (tmp_path / "reference-smoke.md").read_text()
     assert "| step limit ms |" in text and f"| {label} | {limit['memory_ms']:.3f} |" in text
-    assert "| block bwd ms | block bwd % copy |" in text
+    assert "| block bwd ms | block bwd % copy | ceiling bwd ms | ceiling bwd % copy |" in text
 
 
 @pytest.mark.slow

@@ -423,9 +423,11 @@ _REFERENCE_CHILD = textwrap.dedent('''
     sys.path.insert(0, sys.argv[1])
     import torch
     from grader.census import BlockDims, CensusLedger, judge_message
+    import importlib
     from grader.child.census import Census
-    from reference.block import DilatedResidualBlock
 
+    module, name = sys.argv[3].split(":")
+    DilatedResidualBlock = getattr(importlib.import_module(module), name)
     device = torch.device(sys.argv[2])
     gpu = device.type == "cuda"
     census = Census(device)
@@ -455,14 +457,16 @@ _REFERENCE_CHILD = textwrap.dedent('''
 ''')
 
 
-def test_the_reference_block_keeps_the_rules() -> None:
-    """The reference's steps under the census pass the rules a submission must keep (CONTRACT §2):
-    with c1 and c2 from the MLP (`reference.norm_grad`, examples of 4096 values) its GELU runs
+@pytest.mark.parametrize("block", ["reference.block:DilatedResidualBlock",
+                                   "reference.ceiling:CeilingBlock"])
+def test_the_reference_block_keeps_the_rules(block: str) -> None:
+    """The reference's steps under the census pass the rules a submission must keep (CONTRACT §2),
+    the scoring block's and the ceiling's: for the ceiling, with c1 and c2 from the MLP (`reference.norm_grad`, examples of 4096 values) its GELU runs
     inside an autograd.Function, where no PyTorch arithmetic may touch an activation, and no
     PyTorch reduction may cover a tensor as large as the activation (fc1's weight is, when
     B·L ≤ 2C); and the two-pass backward of a short example."""
     env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run([sys.executable, "-c", _REFERENCE_CHILD, str(REPO), "cpu"],
+    proc = subprocess.run([sys.executable, "-c", _REFERENCE_CHILD, str(REPO), "cpu", block],
                           capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

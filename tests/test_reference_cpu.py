@@ -1,5 +1,8 @@
 """CPU tests of the reference kernels through the Triton interpreter, plus the plan interface.
 
+The whole-block tests here are the ceiling's (`reference.ceiling.CeilingBlock`); the scoring
+block's are in tests/test_reference_block.py.
+
 Every interpreted group of checks goes to its own subprocess (`tests/reference_runner.py`) with
 ``TRITON_INTERPRET=1`` and a timeout: the interpreter must be enabled before the kernels are
 imported, and it detects no out-of-bounds access, so a bad index can corrupt the heap of the
@@ -144,13 +147,14 @@ def block_specs(case: str) -> list[dict[str, Any]]:
 
     cfg = load_config()
     seeds = {c.name: c.seeds for c in (*cfg.correctness.cases, *cfg.correctness.drift.cases)}
-    return [{"kind": "block", "case": case, "seed": seed} for seed in seeds[case]]
+    return [{"kind": "block", "case": case, "seed": seed, "block": "ceiling"}
+            for seed in seeds[case]]
 
 
 def identity_specs() -> list[dict[str, Any]]:
     return [
         {"kind": "identity", "batch": 2, "length": 9, "channels": 5, "dilation": 2,
-         "dtype": dtype, "seed": 3}
+         "dtype": dtype, "seed": 3, "block": "ceiling"}
         for dtype in ("float32", "float16")
     ]
 
@@ -183,7 +187,7 @@ def norm_grad_specs() -> list[dict[str, Any]]:
     specs = [{**spec, **way} for way in NORM_GRAD_WAYS
              for case in NORM_GRAD_CASES for spec in block_specs(case)[:1]]
     specs += [{"kind": "identity", "batch": 2, "length": 9, "channels": 5, "dilation": 2,
-               "dtype": dtype, "seed": 3, **way}
+               "dtype": dtype, "seed": 3, "block": "ceiling", **way}
               for dtype in ("float32", "bfloat16", "float16") for way in NORM_GRAD_WAYS]
     # The GELU backward's kernel alone: rows not a multiple of its row block, hidden widths
     # over several column blocks.
@@ -350,7 +354,7 @@ def test_taps_once_changes_no_arithmetic() -> None:
 
 @pytest.mark.parametrize("case", SMOKE_CASES)
 def test_block_matches_oracle(interpreted: dict, case: str) -> None:
-    """The whole reference block's output and four gradients on scoring.yaml's smoke cases."""
+    """The ceiling block's output and four gradients on scoring.yaml's smoke cases."""
     assert_within(block_specs(case), results_of(interpreted, f"block-{case}"))
 
 

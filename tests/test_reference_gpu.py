@@ -8,9 +8,13 @@ that block's: `test_production_shapes_fresh_inputs`, `assert_mean_within_plain`)
   CPU interpreter cannot run), split channels, several tile shapes;
 - production shapes on fresh random inputs;
 - the zero-weight identity, bit for bit;
-- determinism of the conv-tap gradient (and of dx) across runs;
+- determinism of the conv-tap gradient (and of dx) across runs, and of every gradient of the
+  scoring block's step;
 - the backward launcher's in-kernel residual gradient.
 Every run poisons the buffers the launchers allocate (NaN), so an unwritten element fails.
+The whole-block tests run on both blocks where parametrized by ``block``: "scoring" (the block
+the grader times, `reference.block`) and "ceiling" (`reference.ceiling.CeilingBlock`); those of
+the ceiling's own switches run on the ceiling alone. ``-k scoring`` selects the scoring block's.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ from typing import Any
 import pytest
 import torch
 from reference_runner import (
+    CONV_NORM_MODULES,
     block_check,
+    determinism_check,
     identity_check,
     kernel_check,
     norm_grad_sums_check,
     residual_check,
     skip_check,
+    step_ops_check,
 )
 
 from grader.config import load_config
@@ -38,6 +45,7 @@ MAX_UTILISATION = 0.5
 DTYPES = ("float32", "bfloat16", "float16")
 CFG = load_config()
 ALL_CASES = [*CFG.correctness.cases, *CFG.correctness.drift.cases]
+BLOCKS = ("scoring", "ceiling")
 
 
 def _fresh_seed() -> int:
@@ -81,9 +89,10 @@ def assert_mean_within_plain(specs: list[dict[str, Any]],
                      f"over the limit: {bad} (all: {results})")
 
 
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
-def test_case_every_dtype(case: Any, dtype: str) -> None:
+def test_case_every_dtype(case: Any, dtype: str, block: str) -> None:
     """Each scoring.yaml case and seed, run in each dtype against that dtype's budget.
 
     The offset family runs in its own dtype only: scoring.yaml keeps it fp32, since bf16/fp16
@@ -93,7 +102,7 @@ def test_case_every_dtype(case: Any, dtype: str) -> None:
         pytest.skip(f"offset family is {case.dtype}-only in scoring.yaml")
     for seed in case.seeds:
         spec = {"kind": "block", "case": case.name, "seed": seed, "dtype": dtype,
-                "device": "cuda"}
+                "device": "cuda", "block": block}
         assert_within(spec, block_check(spec))
 
 
@@ -140,8 +149,9 @@ def test_kernel_plans(plan: dict[str, int], dtype: str) -> None:
             assert_within(spec, kernel_check(spec))
 
 
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("shape", CFG.timing.profiles["h200"].shapes, ids=lambda s: s.label)
-def test_production_shapes_fresh_inputs(shape: Any) -> None:
+def test_production_shapes_fresh_inputs(shape: Any, block: str) -> None:
     """The h200 profile's shapes, fresh random inputs, the runtime plan (table or heuristic).
 
     These steps have up to 268M outputs, 100x more than any scoring.yaml case the budgets were
@@ -152,18 +162,19 @@ def test_production_shapes_fresh_inputs(shape: Any) -> None:
     """
     spec = {"kind": "block", "case": "c128-l4096-d16-b16", "seed": _fresh_seed(),
             "dtype": shape.dtype, "batch": shape.batch, "length": shape.length,
-            "dilation": shape.dilation, "device": "cuda", "plain": True}
+            "dilation": shape.dilation, "device": "cuda", "plain": True, "block": block}
     result = block_check(spec)
     bad = over_plain(result, cap=1.0)
     assert not bad, f"{spec}: (reference, plain) utilisation over the limit: {bad} (all: {result})"
 
 
+@pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_zero_weight_identity(dtype: str) -> None:
+def test_zero_weight_identity(dtype: str, block: str) -> None:
     """fc weights zero ⇒ out == x and x.grad == grad_out bit for bit, other grads exactly 0."""
     for batch, length, dilation in ((8, 4096, 1), (3, 129, 200)):
         spec = {"batch": batch, "length": length, "channels": 128, "dilation": dilation,
-                "dtype": dtype, "seed": _fresh_seed(), "device": "cuda"}
+                "dtype": dtype, "seed": _fresh_seed(), "device": "cuda", "block": block}
         result = identity_check(spec)
         assert all(v == 0.0 for v in result.values()), (spec, result)
 
@@ -188,8 +199,33 @@ def test_conv_grad_deterministic(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_scoring_block_step_deterministic(dtype: str) -> None:
+    """The scoring block's whole step twice on the same inputs: the output, dx and the three
+    weight gradients bit for bit the same (cuBLAS's products and conv+norm's ordered sums)."""
+    for batch, length, dilation in ((16, 4096, 16), (3, 129, 200)):
+        spec = {"batch": batch, "length": length, "channels": 128, "dilation": dilation,
+                "dtype": dtype, "seed": _fresh_seed(), "device": "cuda"}
+        result = determinism_check(spec)
+        assert all(v == 0.0 for v in result.values()), (spec, result)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scoring_block_step_ops(dtype: str) -> None:
+    """The scoring block's step on a GPU at an h200 width: conv+norm's Triton kernels and
+    Function, PyTorch's GELU and linears forward and backward, nothing else of Triton."""
+    spec = {"batch": 4, "length": 4096, "channels": 128, "dilation": 16, "dtype": dtype,
+            "seed": _fresh_seed(), "device": "cuda"}
+    result = step_ops_check(spec)
+    assert result["python_functions"] == ["ConvNormSkipFunctionBackward"], result
+    assert {"gelu", "addmm"} <= set(result["forward_ops"]), result
+    assert "gelu_backward" in result["backward_ops"], result
+    kernels = (*result["forward_kernels"], *result["backward_kernels"])
+    assert kernels and {k.rsplit(".", 1)[0] for k in kernels} <= set(CONV_NORM_MODULES), result
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_block_fuses_the_residual_gradient(dtype: str) -> None:
-    """The block's residual gradient added in the conv+norm backward kernel, against autograd's
+    """The ceiling's residual gradient (the scoring block's way: ``skip_check``) added in the conv+norm backward kernel, against autograd's
     add: production-like and edge shapes, the runtime plan."""
     for batch, length, dilation in ((4, 4096, 1), (2, 8192, 512), (3, 129, 200)):
         spec = {"kind": "skip", "batch": batch, "length": length, "channels": 128,
@@ -200,7 +236,7 @@ def test_block_fuses_the_residual_gradient(dtype: str) -> None:
 @pytest.mark.parametrize("way", ["one-pass", "two-pass"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_block_norm_backward_both_ways(dtype: str, way: str) -> None:
-    """Both of the block's normalization backwards: c1 and c2 from the MLP forced on examples
+    """Both of the ceiling's normalization backwards: c1 and c2 from the MLP forced on examples
     below its size floor (``norm_grad_min_elements`` 0), and from the backward's own first pass
     (``norm_grad_from_mlp`` False): scoring.yaml cases (the offset family in fp32 only, as
     scoring.yaml has it; fresh draws, `assert_mean_within_plain`) and long examples (16×8192,
@@ -208,6 +244,7 @@ def test_block_norm_backward_both_ways(dtype: str, way: str) -> None:
     size, runs in every other block test."""
     choice = ({"norm_grad_min_elements": 0} if way == "one-pass"
               else {"norm_grad_from_mlp": False})
+    choice["block"] = "ceiling"
     cases = ["c33-l96-d3-ramp", "c31-l64-d2-burst", "c8-l17-d20", "drift-c9-l20-d3"]
     cases += ["c16-l1024-offset"] if dtype == "float32" else []
     for case in cases:

@@ -127,7 +127,7 @@ def test_weight_gradient_slices_are_deterministic() -> None:
 
 
 def test_reference_block_with_split_mlp_passes_the_oracle() -> None:
-    """The reference block with ``split_mlp`` on scoring.yaml cases (offset, ramp, burst,
+    """The ceiling block (`reference.ceiling`) with ``split_mlp`` on scoring.yaml cases (offset, ramp, burst,
     outlier, expansion 1, fp16, and the burst case in bf16): output and all four gradients
     within half of each budget against the fp64 oracle; zero weights give out == x and
     dx == grad_out bit for bit in every dtype."""
@@ -135,10 +135,11 @@ def test_reference_block_with_split_mlp_passes_the_oracle() -> None:
              ("c31-l64-d2-burst", 1901, None), ("c17-l32-b3-outlier", 2001, None),
              ("c12-l40-e1", 1701, None), ("c7-l33-d2-f16", 1501, None),
              ("c31-l64-d2-burst", 1901, "bfloat16"))
-    specs = [{"kind": "block", "case": case, "seed": seed, "split_mlp": True,
+    specs = [{"kind": "block", "case": case, "seed": seed, "split_mlp": True, "block": "ceiling",
               **({"dtype": dtype} if dtype else {})} for case, seed, dtype in cases]
     specs += [{"kind": "identity", "batch": 2, "length": 17, "channels": 9, "dilation": 2,
-               "dtype": dtype, "seed": 7, "split_mlp": True} for dtype in MAX_REL]
+               "dtype": dtype, "seed": 7, "split_mlp": True, "block": "ceiling"}
+              for dtype in MAX_REL]
     results = _interpreted(specs)
     bad = [(s.get("case", s["dtype"]), name, util) for s, r in zip(specs, results, strict=True)
            for name, util in r.items()

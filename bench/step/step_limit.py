@@ -12,25 +12,36 @@ backward reads x and grad_out and writes dx; ŷ, the statistics and the hidden a
 all be recomputed on chip. The 6 GEMMs are fc1 and fc2 forward and each one's input and weight
 gradient backward. Both rates are measured in the same run, on the same GPU: the copy bandwidth
 from a large device-to-device copy (read + write, 2 bytes moved per byte copied), the matmul rate
-from a large square ``torch.matmul`` of the shape's dtype under the default flags (fp32 without
-TF32: ``torch.backends.cuda.matmul.allow_tf32`` is False by default and this script never sets
-it; the flags are recorded). ``bench/step/reference_step.py`` reports the same limit next to its own
-step times, with the rates measured once in its run (`measure_rates`, `Rates.limit`).
+from a large square product of the shape's dtype: for bf16 and fp16 ``torch.matmul`` under the
+default flags; for fp32 the fastest product that meets the fp32 budgets (issue 41), of
+``torch.matmul`` under the default flags (SIMT fp32: ``torch.backends.cuda.matmul.allow_tf32``
+is False by default and this script never sets it; the flags are recorded) and three bf16
+products on tensor cores (``bf16x3``: each operand split into bf16 hi + lo, A_hi·B_hi + A_hi·B_lo
++ A_lo·B_hi accumulated in fp32, `reference.split_linear.matmul`, within every fp32 budget on an
+H200: bench/results/gemm-precision-h200-2026-12-03). Both fp32 rates are recorded
+(``fp32_products``); the faster one sets the floor (``fp32_product`` names it). Plain TF32 is not
+a candidate: it misses the fp32 budgets. On a CPU the bf16x3 product is three ``torch.matmul`` of
+the bf16 halves (the smoke path runs; its rate means nothing). ``bench/step/reference_step.py``
+reports the same limit next to its own step times, with the rates measured once in its run
+(`measure_rates`, `Rates.limit`).
 
 With ``--time``, every shape's full training step (forward, backward with a dense upstream
 gradient, all four gradients) is timed for the chosen variants: ``eager`` (the frozen block),
-``reference`` (`reference.block`, with the MLP path its device's plan data picks),
-``reference_fused_mlp`` (reference conv+norm with the fused
+``reference`` (`reference.block`, the scoring reference: conv+norm in Triton, the MLP in
+PyTorch's ops), ``ceiling`` (`reference.ceiling.CeilingBlock`, the whole-step block, with the
+MLP path its device's plan data picks; its ``/ limit`` column is the ceiling's ratio to the
+floor), ``reference_fused_mlp`` (reference conv+norm with the fused
 MLP of `reference/mlp.py`, built here so it can be timed before the block is wired to it),
 ``reference_resident_mlp`` (the same with the MLP's resident kernels, 64-row tiles),
 ``reference_bf16x3_mlp`` (the chunked kernels with fp32 products as three bf16 ones),
-``reference_split_mlp`` (the reference block with ``split_mlp`` True: both linears through
-`reference.split_linear`, fp32 products as three bf16 ones), ``reference_cublas_mlp`` (with
-``split_mlp`` False: both linears through cuBLAS), ``reference_unfused_residual`` (the
-reference block with ``fuse_residual`` False: autograd adds the residual's gradient to dx in a
-pass of its own instead of the conv+norm backward kernel), ``reference_two_pass_norm``
+``ceiling_split_mlp`` (the ceiling with ``split_mlp`` True: both linears through
+`reference.split_linear`, fp32 products as three bf16 ones), ``ceiling_cublas_mlp`` (with
+``split_mlp`` False: both linears through cuBLAS), ``ceiling_unfused_residual`` (the
+ceiling with ``fuse_residual`` False: autograd adds the residual's gradient to dx in a
+pass of its own instead of the conv+norm backward kernel), ``ceiling_two_pass_norm``
 (``norm_grad_from_mlp`` False: the normalization gradient's c1 and c2 from the conv+norm
-backward's own first pass instead of the GELU's backward, `reference/norm_grad.py`),
+backward's own first pass instead of the GELU's backward, `reference/norm_grad.py`; records
+before issue 41 name these four ``reference_*``: the ceiling was then the reference),
 ``compile`` (torch.compile of the frozen block, default mode) and ``compile_max_autotune``
 (mode ``max-autotune-no-cudagraphs``). Interleaved rounds in carry-over-balanced orders, the L2
 flushed before every sample, CUDA events, host overhead included (as the grader times a step);
@@ -78,14 +89,16 @@ GEMMS_PER_STEP = 6
 COPY_BYTES = 1 << 30
 MATMUL_N = 8192
 RATE_REPS = 20
-VARIANTS = ("eager", "reference", "reference_fused_mlp", "reference_resident_mlp",
-            "reference_bf16x3_mlp", "reference_split_mlp", "reference_cublas_mlp",
-            "reference_unfused_residual", "reference_two_pass_norm", "compile",
+VARIANTS = ("eager", "reference", "ceiling", "reference_fused_mlp", "reference_resident_mlp",
+            "reference_bf16x3_mlp", "ceiling_split_mlp", "ceiling_cublas_mlp",
+            "ceiling_unfused_residual", "ceiling_two_pass_norm", "compile",
             "compile_max_autotune")
-DEFAULT_VARIANTS = ("eager", "reference", "compile", "compile_max_autotune")
+DEFAULT_VARIANTS = ("eager", "reference", "ceiling", "compile", "compile_max_autotune")
+# The products an fp32 floor may use: each meets the fp32 budgets (module docstring).
+FP32_PRODUCTS = ("fp32", "bf16x3")
 COMPILE_MODES = {"compile": None, "compile_max_autotune": "max-autotune-no-cudagraphs"}
 LIMIT_MODEL = (f"memory {MEMORY_PASSES}·N·e / copy; compute {GEMMS_PER_STEP}·2·(B·L)·C·(E·C) / "
-               "matmul; limit = max")
+               "matmul (fp32: the faster of fp32 and bf16x3 products); limit = max")
 
 
 # ----------------------------------------------------------------------------- the model
@@ -226,6 +239,38 @@ def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int = MAT
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
+def _bf16_halves(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """t ≈ hi + lo, both bf16: hi is t rounded, lo the rounding's remainder rounded."""
+    hi = t.to(torch.bfloat16)
+    return hi, (t - hi.float()).to(torch.bfloat16)
+
+
+def bf16x3_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a·b of fp32 operands as three bf16 products (A_hi·B_hi + A_hi·B_lo + A_lo·B_hi): on a GPU
+    `reference.split_linear.matmul`'s Triton kernel (one launch, fp32 accumulation on chip), on a
+    CPU three fp32 ``torch.matmul`` of the bf16-valued halves (the same arithmetic as tensor
+    cores: a product of two bf16 values is exact in fp32, the sums are fp32), for the smoke
+    path."""
+    if a.device.type == "cuda":
+        from reference.split_linear import matmul
+
+        return matmul(a, b, precision="bf16x3")
+    (a_hi, a_lo), (b_hi, b_lo) = ((h.float(), lo.float()) for h, lo in
+                                  (_bf16_halves(a), _bf16_halves(b)))
+    return a_hi @ b_hi + a_hi @ b_lo + a_lo @ b_hi
+
+
+def measure_bf16x3_tflops(device: torch.device, n: int = MATMUL_N, reps: int = RATE_REPS
+                          ) -> float:
+    """Rate of an n×n×n fp32 product as `bf16x3_matmul`, TFLOP/s (2·n³ useful FLOPs, not the
+    three products' 6·n³: the rate an fp32 product runs at)."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn((n, n), generator=gen, device=device)
+    b = torch.randn((n, n), generator=gen, device=device)
+    ms = _median_ms(lambda: bf16x3_matmul(a, b), reps, device)
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
 def matmul_flags() -> dict[str, Any]:
     """The flags that decide what an fp32 matmul runs on."""
     return {"allow_tf32": torch.backends.cuda.matmul.allow_tf32,
@@ -235,12 +280,19 @@ def matmul_flags() -> dict[str, Any]:
 @dataclass(frozen=True)
 class Rates:
     """What the step limit divides by: copy bandwidth (GB/s) and dense matmul rate per dtype name
-    (TFLOP/s), with the matmul flags they were measured under and where they come from."""
+    (TFLOP/s), with the matmul flags they were measured under and where they come from.
+
+    ``fp32_products`` holds each fp32 candidate's rate (``FP32_PRODUCTS``) where they were
+    measured, and ``fp32_product`` names the one ``matmul_tflops["float32"]`` is (the fastest);
+    empty and "" when the fp32 rate was given (``--dry``) or no fp32 shape was measured.
+    """
 
     copy_gbs: float
     matmul_tflops: dict[str, float]
     source: str
     flags: dict[str, Any] = field(default_factory=dict)
+    fp32_products: dict[str, float] = field(default_factory=dict)
+    fp32_product: str = ""
 
     def limit(self, shape: LimitShape, channels: int, expansion: int) -> StepLimit:
         """The step limit of a shape at these rates.
@@ -263,13 +315,22 @@ def _sig4(value: float) -> float:
 
 def measure_rates(device: torch.device, dtypes: Sequence[str], copy_bytes: int = COPY_BYTES,
                   matmul_n: int = MATMUL_N, reps: int = RATE_REPS) -> Rates:
-    """The copy bandwidth once and the matmul rate once per dtype name, on ``device``."""
+    """The copy bandwidth once and the matmul rate once per dtype name, on ``device``; for fp32
+    both products of ``FP32_PRODUCTS``, the faster one as the dtype's rate."""
     copy_gbs = measure_copy_gbs(device, copy_bytes, reps)
-    tflops = {name: measure_matmul_tflops(device, DTYPES[name], matmul_n, reps)
+    tflops = {name: _sig4(measure_matmul_tflops(device, DTYPES[name], matmul_n, reps))
               for name in sorted(set(dtypes))}
-    return Rates(_sig4(copy_gbs), {k: _sig4(v) for k, v in tflops.items()},
+    fp32_products: dict[str, float] = {}
+    fp32_product = ""
+    if "float32" in tflops:
+        fp32_products = {"fp32": tflops["float32"],
+                         "bf16x3": _sig4(measure_bf16x3_tflops(device, matmul_n, reps))}
+        fp32_product = max(FP32_PRODUCTS, key=fp32_products.__getitem__)
+        tflops["float32"] = fp32_products[fp32_product]
+    return Rates(_sig4(copy_gbs), tflops,
                  source=f"measured in this run ({copy_bytes >> 20} MiB copy, {matmul_n}² matmul, "
-                        f"median of {reps})", flags=matmul_flags())
+                        f"median of {reps})", flags=matmul_flags(),
+                 fp32_products=fp32_products, fp32_product=fp32_product)
 
 
 # ----------------------------------------------------------------------------- step timing
@@ -355,6 +416,7 @@ def time_steps(shape: LimitShape, variants: Sequence[str], channels: int, rounds
                                                            dict[str, float], dict[str, float]]:
     """Per-round step times of each variant, compile seconds, agreement with eager."""
     from reference.block import DilatedResidualBlock as ReferenceBlock
+    from reference.ceiling import CeilingBlock
     from reference.tuning.timing import HIDE_LAUNCH_FLUSH_BYTES, make_l2_flush, time_interleaved
     from task.model import DilatedResidualBlock as FrozenBlock
 
@@ -364,17 +426,18 @@ def time_steps(shape: LimitShape, variants: Sequence[str], channels: int, rounds
     blocks: dict[str, torch.nn.Module] = {}
     forwards: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
     for name in variants:
-        cls = ReferenceBlock if name.startswith("reference") else FrozenBlock
+        cls = (CeilingBlock if name.startswith("ceiling")
+               else ReferenceBlock if name.startswith("reference") else FrozenBlock)
         blocks[name] = setup.build(cls)
         if name in ("reference_fused_mlp", "reference_resident_mlp", "reference_bf16x3_mlp"):
             forwards[name] = _fused_mlp_step(blocks[name], name)
-        elif name in ("reference_split_mlp", "reference_cublas_mlp"):
-            blocks[name].split_mlp = name == "reference_split_mlp"
+        elif name in ("ceiling_split_mlp", "ceiling_cublas_mlp"):
+            blocks[name].split_mlp = name == "ceiling_split_mlp"
             forwards[name] = blocks[name]
-        elif name == "reference_unfused_residual":
+        elif name == "ceiling_unfused_residual":
             blocks[name].fuse_residual = False
             forwards[name] = blocks[name]
-        elif name == "reference_two_pass_norm":
+        elif name == "ceiling_two_pass_norm":
             blocks[name].norm_grad_from_mlp = False
             forwards[name] = blocks[name]
         elif name in COMPILE_MODES:
@@ -442,6 +505,11 @@ def markdown(meta: dict[str, Any], reports: Sequence[ShapeReport], variants: Seq
         if r.error:
             row[-1] += f" error: {r.error}"
         lines.append("| " + " | ".join(row) + " |")
+    ceiling = [r for r in reports if "ceiling" in r.vs_limit]
+    if ceiling:
+        lines += ["", "The ceiling (`reference.ceiling`, information only) over the limit: "
+                  + "; ".join(f"{r.shape.label} {r.vs_limit['ceiling']:.2f}×" for r in ceiling)
+                  + f" (fp32's floor from the {meta.get('fp32_product') or 'given'} product)"]
     compiled = [r for r in reports if r.compile_s]
     if compiled:
         lines += ["", "Compile seconds (first step, in this run): " + "; ".join(
@@ -535,6 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     measured = measure_rates(device, [s.dtype for s in shapes])
     meta.update(gpu=name, cuda=torch.version.cuda, copy_gbs=measured.copy_gbs,
                 matmul_tflops=measured.matmul_tflops, matmul_flags=measured.flags,
+                fp32_products=measured.fp32_products, fp32_product=measured.fp32_product,
                 source=measured.source)
     if args.time:
         import triton

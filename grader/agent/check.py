@@ -21,8 +21,10 @@ against the fp64 oracle, `grader.gate.gate_status` gives its verdict,
 - **No reference**: the agent's environment does not have it. The timing child times plain PyTorch
   in the reference's slot (so the protocol is the grader's: three blocks, carry-over-balanced
   orders) and that plain-versus-plain ratio is shown as the noise of the measurement. The score
-  is estimated from the reference's *published* speedups g for this GPU class
-  (``published_speedups.json``).
+  is estimated from the scoring reference's *published* speedups g for this GPU class
+  (``published_speedups.json``; measured or modelled, the report says which); where none are
+  published it says so and estimates no score. The ceiling's g (the whole-step block) are shown
+  beside it as information, never in the score.
 
 Without a CUDA GPU the gate runs on the CPU through the Triton interpreter, and nothing is timed.
 
@@ -45,7 +47,7 @@ from typing import Any
 
 from grader.agent import worktree
 from grader.agent.check_report import CheckReport, Mode, render
-from grader.agent.estimate import PUBLISHED_PATH, ScoreEstimate, estimate, load_published
+from grader.agent.estimate import PUBLISHED_PATH, ScoreEstimate, estimate, published_entry
 from grader.agent.hints import _next_invalid, _next_steps
 from grader.agent.repro import KIT_ROOT, _reproduce, write_repro
 from grader.config import Case, ConfigError, ScoringConfig, load_config
@@ -256,7 +258,9 @@ def _time(
         root, config, profile=profile, gpu=0 if gpu is None else gpu, progress=progress,
         reference_module=PLAIN_AS_REFERENCE,
     )
-    return timing, estimate(timing, load_published(timing.profile), config)
+    published, why = published_entry(timing.profile, "reference")
+    ceiling, _ = published_entry(timing.profile, "ceiling")
+    return timing, estimate(timing, published, config, ceiling=ceiling, why_none=why)
 
 
 def _timing_verdict(

@@ -245,11 +245,24 @@ def _render_estimate(est: ScoreEstimate, timing: TimingReport | None) -> list[st
         )
     if timing is not None and timing.status != "ok":
         lines.append(f"  timing failed: {timing.status}: {timing.reason}")
-    tag = "PROVISIONAL published g (placeholders, not measurements)" if est.provisional else (
-        "published g")  # fmt: skip
-    lines.append(
-        f"  estimated score: {_fmt(est.score, '.3f')} from {tag}; noise = plain timed against "
-        "itself (a ratio this far from 1 is chance). The grade measures g in the same run."
-    )
+    if est.basis is None:
+        lines.append(f"  estimated score: none: {est.source}. The grade measures g in the same "
+                     "run; r above is yours all the same.")
+    else:
+        tag = ("MODELLED published g of the scoring reference (predicted from DRAM bytes, not "
+               "timed on this GPU)" if est.basis == "modelled"
+               else "measured published g of the scoring reference")
+        lines.append(
+            f"  estimated score: {_fmt(est.score, '.3f')} from {tag}; noise = plain timed "
+            "against itself (a ratio this far from 1 is chance). The grade measures g in the "
+            "same run."
+        )
+    ceiling = [s for s in est.shapes if s.ceiling_g is not None]
+    if ceiling:
+        lines.append(
+            "  information only, never in the score: the ceiling (a whole-step kernel's published "
+            "g) on each shape, and your r over it: " + "; ".join(
+                f"{s.label} g {s.ceiling_g:.2f}, r/g {_fmt(s.vs_ceiling, '.2f')}"
+                for s in ceiling))  # fmt: skip
     return lines
 

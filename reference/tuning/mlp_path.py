@@ -65,19 +65,20 @@ class MLPReport:
 def block_step(path: str, shape: TuneShape, device: torch.device, expansion: int, eps: float,
                residual_scale: float, seed: int = 0
                ) -> tuple[Callable[[], None], Callable[[], None]]:
-    """The reference block's training step with its linears on ``path``: (step, prepare).
+    """The ceiling's training step (`reference.ceiling`, the only block with an MLP path) with
+    its linears on ``path``: (step, prepare).
 
     ``step`` runs the forward and the backward of the grader's step on one case's inputs (normal
     family, ``seed``); ``prepare`` drops the gradients the last step left, as the grader does
     between samples, so each sample allocates them afresh.
     """
-    from reference.block import DilatedResidualBlock
+    from reference.ceiling import CeilingBlock
 
     inputs = make_inputs(batch=shape.batch, length=shape.length, channels=shape.channels,
                          expansion=expansion, family="normal", dtype=shape.dtype, seed=seed,
                          device=device)
-    block = DilatedResidualBlock(shape.channels, shape.dilation, expansion, eps,
-                                 residual_scale).to(device, DTYPES[shape.dtype])
+    block = CeilingBlock(shape.channels, shape.dilation, expansion, eps,
+                         residual_scale).to(device, DTYPES[shape.dtype])
     block.load_state_dict(inputs.state_dict())
     block.split_mlp = path == "split"
     x = inputs.x.detach().clone().requires_grad_(True)

@@ -138,9 +138,9 @@ class Gate:
         return self._truth[case.name]
 
     def check(self, plan: Plan | None, mlp_path: str | None = None) -> GateResult:
-        """Run every case with ``plan`` (None: the block's own table or heuristic plan) and the
-        block's linears on ``mlp_path`` (None: the device's `reference.plans.mlp_path_for`);
-        the first failing case ends the check."""
+        """Run every case with ``plan`` (None: the block's own table or heuristic plan) on the
+        scoring block, or with ``mlp_path`` given on the ceiling (`reference.ceiling`) with its
+        linears on that path; the first failing case ends the check."""
         worst, where = 0.0, ""
         for case in self.cases:
             try:
@@ -159,14 +159,19 @@ class Gate:
     def _check_case(self, plan: Plan | None, case: GateCase, mlp_path: str | None = None
                     ) -> dict[str, float]:
         from reference.block import DilatedResidualBlock
+        from reference.ceiling import CeilingBlock
 
         inputs, ref = self._inputs(case)
         s = case.shape
-        block = DilatedResidualBlock(s.channels, s.dilation, case.expansion, case.eps,
-                                     case.residual_scale).to(self.device, DTYPES[s.dtype])
+        # A plan is proven on the scoring block (the one the grader times); an MLP path on the
+        # ceiling, the only block that has one.
+        cls = DilatedResidualBlock if mlp_path is None else CeilingBlock
+        block = cls(s.channels, s.dilation, case.expansion, case.eps,
+                    case.residual_scale).to(self.device, DTYPES[s.dtype])
         block.load_state_dict(inputs.state_dict())
         block.plan = plan
-        block.split_mlp = None if mlp_path is None else mlp_path == "split"
+        if mlp_path is not None:
+            block.split_mlp = mlp_path == "split"
         x = inputs.x.clone().requires_grad_(True)
         with poisoned_outputs():
             out = block(x)
