@@ -404,6 +404,14 @@ def _op_kind(packet: str) -> str:
 # 2.11 with CUDA 13 kineto links neither, 1 per step for the plain block on the H200 of
 # 2026-12-01), any other op one.
 _CAPACITY = {"product": 2, "reduction": 1, "other": 1}
+# The memory ops of `FUNCTION_SAFE_OPS` that launch a kernel of their own (a fill, a copy, a
+# gather), not through another recorded op: where kineto links none of their kernels (the first
+# launch of a step often goes unlinked: conv+norm's zeroed counters, ``aten::fill_`` in the
+# scoring reference's forward on an H100, 2026-12-06), each still accounts for one. The others
+# (views, allocations, ``zeros`` around its ``fill_``) launch nothing themselves: a hidden kernel
+# is never theirs.
+KERNEL_SAFE_OPS = frozenset({"fill_", "fill", "masked_fill_", "copy_", "_copy_from",
+                             "index_select", "gather", "flip", "roll", "narrow_copy"})
 _SPLIT_K_KERNEL = re.compile(r"splitKreduce", re.IGNORECASE)
 # Grids up to this many blocks are matched by kind and count only for products: cuBLAS's
 # persistent kernels launch waves of the GPU's SMs (132 on an H200) whatever the problem's size,
@@ -418,7 +426,8 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
 
     A kernel kineto links to a recorded op is that op's. Every other library kernel needs a
     distinct recorded aten op of the step of its kind (a product kernel a leaf matrix product, a
-    reduction kernel a reduction, any other kernel any arithmetic op) that (1) launched no kernel
+    reduction kernel a reduction, any other kernel any arithmetic op or a memory op that launches
+    its own kernel, `KERNEL_SAFE_OPS`) that (1) launched no kernel
     linked to it (an op whose kernels are all seen is accounted for: a decoy ``x[:1].sum()``
     launches its own, linked, so it buys nothing; a product whose GEMM is linked may still
     account for its split-K reduction), (2) is large enough: where CUPTI's record gives the
@@ -431,7 +440,8 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
     free: dict[str, list[list[int]]] = {"product": [], "reduction": [], "other": []}
     for op in summary.ops:
         namespace, packet = _split(op.name)
-        if namespace not in ("aten", "prims") or packet in FUNCTION_SAFE_OPS or op.composite:
+        if (namespace not in ("aten", "prims") or op.composite
+                or (packet in FUNCTION_SAFE_OPS and packet not in KERNEL_SAFE_OPS)):
             continue
         size = sum(_numel(s) for s in op.shapes if s) or 1
         kind = _op_kind(packet)

@@ -3,6 +3,7 @@ child's census on real steps in a subprocess (CPU, small shapes; the GPU kernel 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -189,6 +190,20 @@ def test_gpu_kernels() -> None:
     found = judge_step(summary("forward:c", mm, kernels=(triton, *extra)), DIMS, gpu=True)
     assert rules(found) == {TORCH_OP_ON_PATH}
     assert "'ampere_sgemm_32x32_nn' ×1" in found[0].message
+    # A fill kineto did not link (conv+norm's zeroed counters, the first launch of a step) is
+    # its recorded ``fill_``'s; a view or an allocation launches nothing, so it accounts for none.
+    fill = KernelRecord("void at::native::vectorized_elementwise_kernel<4, "
+                        "at::native::FillFunctor<int>, std::array<char*, 1ul> >()", "", 1, 1)
+    filled = op("aten::fill_", (5,), ())
+    assert judge_step(summary("forward:c", op("aten::zeros", (), ()), op("aten::zero_", (5,)),
+                              filled, kernels=(triton, fill)), DIMS, gpu=True) == []
+    for cover in (op("aten::view", X, ()), op("aten::zeros", (), ()), op("aten::empty", ())):
+        found = judge_step(summary("forward:c", cover, kernels=(triton, fill)), DIMS, gpu=True)
+        assert rules(found) == {TORCH_OP_ON_PATH}, cover
+    # One fill accounts for one kernel: a second, hidden, is still unmatched.
+    found = judge_step(summary("forward:c", filled, kernels=(triton, dataclasses.replace(
+        fill, count=2))), DIMS, gpu=True)  # fmt: skip
+    assert rules(found) == {TORCH_OP_ON_PATH} and "×1" in found[0].message
     none = judge_step(summary("forward:c", kernels=(gemm,)), DIMS, gpu=True)
     assert rules(none) == {NO_TRITON_KERNEL}
     copied = judge_step(summary("forward:c", kernels=(triton,), host_copy_bytes=4096), DIMS,
