@@ -56,6 +56,7 @@
 #                                           #   three processes, then bench/step/reference_step.py on every
 #                                           #   h200 shape
 #   bash bench/gpu_session.sh reference-plans # ~5.5 min: test_kernel_plans alone (39 tests)
+#   bash bench/gpu_session.sh scoring-reference-grades # ~6.5 min: issue 41's grades alone
 #   bash bench/gpu_session.sh conv-norm-chain # ~9 min: the chain kernels' tiles and groups
 #                                           #   (bench/kernels/conv_norm_chain.py), then the tuner
 #   bash bench/gpu_session.sh norm-grad     # ~3 min: norm_grad's GELU backward tiles against
@@ -500,6 +501,23 @@ scoring-reference)
     echo "publish_g: rc=$? (the entry: published-entry.json)" | tee -a "$OUT/summary.txt"
     naive_pools64
     LIMIT=$(( 558 - $(elapsed) )) phased grade-naive "$naive" --overlap | tee -a "$OUT/summary.txt"
+    ;;
+scoring-reference-grades)
+    # Issue 41's grades alone (~6.5 min, for a call with less device time left): the scoring
+    # block's op census test, the reference graded as a submission with one timing phase after
+    # it (the published g), then a whole grade of the naive control; confined, as grades are.
+    { versions; confinement_host; } > "$OUT/summary.txt" 2>&1
+    suite step-ops 60 -rA -m gpu tests/test_reference_gpu.py -k test_scoring_block_step_ops \
+        >> "$OUT/summary.txt"
+    grade_and_phases 190 1
+    cat "$OUT"/reproducibility-*.md >> "$OUT/summary.txt" 2>/dev/null
+    python3 bench/timing/publish_g.py "$OUT"/reproducibility-*.json \
+        --record "bench/results/scoring-reference-h200-$(date -u +%F)/" \
+        > "$OUT/published-entry.json" 2>&1
+    echo "publish_g: rc=$? (the entry: published-entry.json)" | tee -a "$OUT/summary.txt"
+    naive_pools64
+    LIMIT=$(( ${END_S:-390} - $(elapsed) )) phased grade-naive "$naive" --overlap \
+        | tee -a "$OUT/summary.txt"
     ;;
 scoring-reference-ncu)
     # Issue 41's modelled L4 g: the host's time to issue each step of plain and the scoring

@@ -387,6 +387,12 @@ def function_arithmetic(ops: Iterable[OpRecord]) -> tuple[int, dict[str, int]]:
     return sum(by_function.values()), by_function
 
 
+def is_library_kernel(name: str) -> bool:
+    """Whether a kernel's name is PyTorch's or a library's (cuBLAS, cuDNN, CUTLASS), not one a
+    submission compiled (a Triton kernel's name is its Python function's)."""
+    return bool(_LIBRARY_KERNEL.search(name))
+
+
 def _kernel_kind(name: str) -> str:
     if _PRODUCT_KERNEL.search(name):
         return "product"
@@ -399,10 +405,11 @@ def _op_kind(packet: str) -> str:
     return "reduction" if is_reduction(packet) else "other"
 
 
-# How many unlinked library kernels one recorded op with no linked kernel may account for: a
-# matrix product two (cuBLASLt's GEMM and its split-K reduction come from one call, and on torch
-# 2.11 with CUDA 13 kineto links neither, 1 per step for the plain block on the H200 of
-# 2026-12-01), any other op one.
+# How many library kernels one recorded op may account for: a matrix product two (one cuBLASLt
+# call launches a GEMM and its split-K reduction, or two GEMMs, its main tiles' and its tail's:
+# ``nvjet_*_128x288_*_badd`` and ``nvjet_*_64x8_*_badd`` for one bf16 ``addmm`` on an H100,
+# 2026-12-06; on torch 2.11 with CUDA 13 kineto links some of them, 1 per step for the plain
+# block on the H200 of 2026-12-01), any other op one. A linked kernel uses one of them.
 _CAPACITY = {"product": 2, "reduction": 1, "other": 1}
 # The memory ops of `FUNCTION_SAFE_OPS` that launch a kernel of their own (a fill, a copy, a
 # gather), not through another recorded op: where kineto links none of their kernels (the first
@@ -412,7 +419,6 @@ _CAPACITY = {"product": 2, "reduction": 1, "other": 1}
 # is never theirs.
 KERNEL_SAFE_OPS = frozenset({"fill_", "fill", "masked_fill_", "copy_", "_copy_from",
                              "index_select", "gather", "flip", "roll", "narrow_copy"})
-_SPLIT_K_KERNEL = re.compile(r"splitKreduce", re.IGNORECASE)
 # Grids up to this many blocks are matched by kind and count only for products: cuBLAS's
 # persistent kernels launch waves of the GPU's SMs (132 on an H200) whatever the problem's size,
 # so a small product may launch more blocks than it has elements. PyTorch's own kernels
@@ -427,16 +433,16 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
     A kernel kineto links to a recorded op is that op's. Every other library kernel needs a
     distinct recorded aten op of the step of its kind (a product kernel a leaf matrix product, a
     reduction kernel a reduction, any other kernel any arithmetic op or a memory op that launches
-    its own kernel, `KERNEL_SAFE_OPS`) that (1) launched no kernel
-    linked to it (an op whose kernels are all seen is accounted for: a decoy ``x[:1].sum()``
-    launches its own, linked, so it buys nothing; a product whose GEMM is linked may still
-    account for its split-K reduction), (2) is large enough: where CUPTI's record gives the
+    its own kernel, `KERNEL_SAFE_OPS`) that (1) launched no kernel linked to it (an op whose
+    kernels are all seen is accounted for: a decoy ``x[:1].sum()`` launches its own, linked, so
+    it buys nothing; a product with one kernel linked may still account for one more, its
+    split-K reduction or its tail's GEMM), (2) is large enough: where CUPTI's record gives the
     kernel's grid, the op's inputs hold at least one element per thread block (PyTorch's kernels
     launch no block without work; a one-element op launches one block), except for products of
     up to `PERSISTENT_GRID_BLOCKS` blocks. Matched greedily, the largest kernels first to the
     largest ops (with capacities per op, `_CAPACITY`)."""
     # Per kind, one entry per recorded op that may still account for a kernel:
-    # [elements of its inputs, kernels it may still account for, split-K reductions only].
+    # [elements of its inputs, kernels it may still account for].
     free: dict[str, list[list[int]]] = {"product": [], "reduction": [], "other": []}
     for op in summary.ops:
         namespace, packet = _split(op.name)
@@ -447,10 +453,11 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
         kind = _op_kind(packet)
         for index in range(op.count):
             if index >= op.launched:
-                free[kind].append([size, _CAPACITY[kind], 0])
+                free[kind].append([size, _CAPACITY[kind]])
             elif kind == "product":
-                # Its GEMM is linked to it; its split-K reduction may still come unlinked.
-                free[kind].append([size, 1, 1])
+                # One of its kernels is linked to it; the other (a split-K reduction, the tail's
+                # GEMM) may still come unlinked.
+                free[kind].append([size, _CAPACITY[kind] - 1])
     for ops in free.values():
         ops.sort(key=lambda entry: -entry[0])
     unmatched: list[KernelRecord] = []
@@ -459,13 +466,12 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
                and not _CONV_NORM_KERNEL.search(k.name)]  # fmt: skip
     for kernel in sorted(pending, key=lambda k: -k.blocks):
         kind = _kernel_kind(kernel.name)
-        split = bool(_SPLIT_K_KERNEL.search(kernel.name))
         # cuBLAS's persistent GEMMs launch a grid of the GPU's size whatever the problem's.
         any_size = kind == "product" and kernel.blocks <= PERSISTENT_GRID_BLOCKS
         left = kernel.count
         for entry in free[kind]:
             fits = any_size or entry[0] >= kernel.blocks
-            while left and entry[1] and fits and (split or not entry[2]):
+            while left and entry[1] and fits:
                 entry[1] -= 1
                 left -= 1
             if not left:

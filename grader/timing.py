@@ -303,12 +303,23 @@ def analyze_shape(
                     - float(np.median(overheads)))
     paired = (walls["sub"] - windows["sub"] - shift
               - np.maximum(walls["plain"] - windows["plain"], walls["ref"] - windows["ref"]))
-    lied = paired > judge.paired_slack_ms
+    # How much that cost varies from step to step in the submission's process, its calibration
+    # steps say too: on an H100 host (2026-12-06, bench/results/trust-confined-2026-12-06/) the
+    # trusted probe after a step that ran cuBLAS kernels found the GPU busy 0-1.2 ms (median 0.37)
+    # switching back from that process's context, so honest steps of the naive control crossed
+    # 0.25 ms in 17-25 of 60 steps. The slack is the larger of the judge's and that spread (its
+    # overhead quantile less its median), and a step over it is still timed by its wall above.
+    slack = judge.paired_slack_ms
+    if len(raw.calibration_ms):
+        own_ms = np.asarray(raw.calibration_ms, dtype=np.float64)
+        slack = max(slack, float(np.quantile(own_ms, judge.overhead_quantile)
+                                 - np.median(own_ms)) + judge.overhead_slack_ms)
+    lied = paired > slack
     if float(lied.mean()) > judge.disagree_limit and not dry_run:
         return _fail(label, TimingStatus.IMPLAUSIBLE,
                      f"sub: the event window left more of the parent's go → done unaccounted "
                      f"than both baselines' in the same round, by over "
-                     f"{judge.paired_slack_ms:g} ms, in {int(lied.sum())} of {rounds} steps "
+                     f"{slack:.3g} ms, in {int(lied.sum())} of {rounds} steps "
                      f"(median excess {float(np.median(paired)):.3g} ms; limit "
                      f"{judge.disagree_limit:.0%} of steps)",
                      **values)

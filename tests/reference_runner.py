@@ -441,7 +441,10 @@ def step_ops_check(spec: dict[str, Any]) -> dict[str, Any]:
             continue
         visited.add(id(node))
         graph.add(type(node).__name__)
-        if isinstance(node, torch.autograd.function.BackwardCFunction):
+        # A custom Function's node, by its class (torch 2.13) or by the attribute every such
+        # class carries (its forward's class), whichever this torch's node shows.
+        if (isinstance(node, torch.autograd.function.BackwardCFunction)
+                or getattr(node, "_forward_cls", None) is not None):
             python_functions.add(type(node).__name__)
         stack.extend(next_fn for next_fn, _ in node.next_functions)
     with _recording_step() as bwd:

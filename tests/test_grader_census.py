@@ -190,6 +190,16 @@ def test_gpu_kernels() -> None:
     found = judge_step(summary("forward:c", mm, kernels=(triton, *extra)), DIMS, gpu=True)
     assert rules(found) == {TORCH_OP_ON_PATH}
     assert "'ampere_sgemm_32x32_nn' ×1" in found[0].message
+    # One cuBLASLt call may launch two GEMMs, its main tiles' and its tail's (a bf16 addmm on an
+    # H100): one linked, the other is the same op's; a third is not.
+    addmm = dataclasses.replace(op("aten::addmm", (M, C), (M, H), (H, C)), launched=1)
+    main = KernelRecord("nvjet_sm90_tst_128x288_64x4_1x2_h_badd_coopA_TNT", "aten::addmm", 1)
+    tail = KernelRecord("nvjet_sm90_tst_64x8_64x16_2x4_h_badd_TNT", "", 1)
+    assert judge_step(summary("forward:c", addmm, kernels=(triton, main, tail)), DIMS,
+                      gpu=True) == []
+    found = judge_step(summary("forward:c", addmm, kernels=(triton, main, dataclasses.replace(
+        tail, count=2))), DIMS, gpu=True)  # fmt: skip
+    assert rules(found) == {TORCH_OP_ON_PATH} and "×1" in found[0].message
     # A fill kineto did not link (conv+norm's zeroed counters, the first launch of a step) is
     # its recorded ``fill_``'s; a view or an allocation launches nothing, so it accounts for none.
     fill = KernelRecord("void at::native::vectorized_elementwise_kernel<4, "

@@ -216,7 +216,7 @@ def test_scoring_block_step_ops(dtype: str) -> None:
     spec = {"batch": 4, "length": 4096, "channels": 128, "dilation": 16, "dtype": dtype,
             "seed": _fresh_seed(), "device": "cuda"}
     result = step_ops_check(spec)
-    assert result["python_functions"] == ["ConvNormSkipFunctionBackward"], result
+    assert result["python_functions"] == ["ConvNormSkipFunctionBackward"], result["graph"]
     assert {"gelu", "addmm"} <= set(result["forward_ops"]), result
     assert "gelu_backward" in result["backward_ops"], result
     kernels = (*result["forward_kernels"], *result["backward_kernels"])
