@@ -107,7 +107,7 @@ set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-phase=${1:?usage: bash bench/gpu_session.sh scoring-reference|scoring-reference-ncu|inspect-run|crowded|crowded-tests|trust-confined|trust-confined-grades|norm-grad|grade-fast|grades|ab|reference-record|tune-mlp|conv-norm-ncu|conv-norm-maxnreg|conv-norm-taps|reference-all|reference-plans|conv-norm-chain|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
+phase=${1:?usage: bash bench/gpu_session.sh scoring-reference|scoring-reference-grades|scoring-reference-ncu|inspect-run|crowded|crowded-tests|trust-confined|trust-confined-grades|norm-grad|grade-fast|grades|ab|reference-record|tune-mlp|conv-norm-ncu|conv-norm-maxnreg|conv-norm-taps|reference-all|reference-plans|conv-norm-chain|held-close|held-corpus|timing-corpus|mlp-resident|mlp-anatomy|gemm-precision|mlp-bf16x3|split-mlp|reference-v2|reference-fp32|published|held-ab|tail|reference|correctness|agent|timing|trust|trust-corpus|trust-final|trust-check|trust-close|timing-l4|tune|variance|hosts|structured|coverage}
 start=$(date +%s)
 elapsed() { echo $(( $(date +%s) - start )); }
 

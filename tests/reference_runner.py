@@ -434,17 +434,18 @@ def step_ops_check(spec: dict[str, Any]) -> dict[str, Any]:
         out = block(x)
     graph: set[str] = set()
     python_functions: set[str] = set()
-    stack, visited = [out.grad_fn], set()
+    # The nodes stay referenced (``kept``): a C++ node's Python wrapper may be made afresh at
+    # each access, and one freed lets the next take its id (on torch 2.11 the walk ended after
+    # three nodes, every later wrapper's id already "visited").
+    stack, visited, kept = [out.grad_fn], set(), []
     while stack:
         node = stack.pop()
         if node is None or id(node) in visited:
             continue
         visited.add(id(node))
+        kept.append(node)
         graph.add(type(node).__name__)
-        # A custom Function's node, by its class (torch 2.13) or by the attribute every such
-        # class carries (its forward's class), whichever this torch's node shows.
-        if (isinstance(node, torch.autograd.function.BackwardCFunction)
-                or getattr(node, "_forward_cls", None) is not None):
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
             python_functions.add(type(node).__name__)
         stack.extend(next_fn for next_fn, _ in node.next_functions)
     with _recording_step() as bwd:
