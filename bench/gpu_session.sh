@@ -214,6 +214,23 @@ grade_and_phases() {
     grep -E "^(run |whole grade)" "$OUT/repro-h200.log" | cut -c1-300 | tee -a "$OUT/summary.txt"
 }
 
+# Issue 41's grades: the reference-as-submission graded with one timing phase after it within $1
+# seconds (its g published by bench/timing/publish_g.py, the record named after this GPU), then a
+# whole grade of the naive control until $2 seconds into the call.
+scoring_grades() {
+    local limit=$1 end=$2 gpu
+    grade_and_phases "$limit" 1
+    cat "$OUT"/reproducibility-*.md >> "$OUT/summary.txt" 2>/dev/null
+    gpu=$(python3 -c "import torch; print(torch.cuda.get_device_name(0).split()[1].lower())" \
+        2>/dev/null || echo gpu)
+    python3 bench/timing/publish_g.py "$OUT"/reproducibility-*.json \
+        --record "bench/results/scoring-reference-$gpu-$(date -u +%F)/" \
+        > "$OUT/published-entry.json" 2>&1
+    echo "publish_g: rc=$? (the entry: published-entry.json)" | tee -a "$OUT/summary.txt"
+    naive_pools64
+    LIMIT=$(( end - $(elapsed) )) phased grade-naive "$naive" --overlap | tee -a "$OUT/summary.txt"
+}
+
 # One whole grade with per-phase timers (bench/grade/grade_phases.py), its score and wall in one line.
 phased() {
     local name=$1 ws=$2
@@ -493,14 +510,7 @@ scoring-reference)
     echo "conv+norm vs copy: rc=$? at $(elapsed)s" | tee -a "$OUT/summary.txt"
     sed -n '/## conv+norm kernels alone/,/## Targets/p' "$OUT/reference-scoring.md" \
         >> "$OUT/summary.txt" 2>/dev/null
-    grade_and_phases 200 1
-    cat "$OUT"/reproducibility-*.md >> "$OUT/summary.txt" 2>/dev/null
-    python3 bench/timing/publish_g.py "$OUT"/reproducibility-*.json \
-        --record "bench/results/scoring-reference-h200-$(date -u +%F)/" \
-        > "$OUT/published-entry.json" 2>&1
-    echo "publish_g: rc=$? (the entry: published-entry.json)" | tee -a "$OUT/summary.txt"
-    naive_pools64
-    LIMIT=$(( 558 - $(elapsed) )) phased grade-naive "$naive" --overlap | tee -a "$OUT/summary.txt"
+    scoring_grades 200 558
     ;;
 scoring-reference-grades)
     # Issue 41's grades alone (~6.5 min, for a call with less device time left): the scoring
@@ -509,15 +519,7 @@ scoring-reference-grades)
     { versions; confinement_host; } > "$OUT/summary.txt" 2>&1
     suite step-ops 60 -rA -m gpu tests/test_reference_gpu.py -k test_scoring_block_step_ops \
         >> "$OUT/summary.txt"
-    grade_and_phases 190 1
-    cat "$OUT"/reproducibility-*.md >> "$OUT/summary.txt" 2>/dev/null
-    python3 bench/timing/publish_g.py "$OUT"/reproducibility-*.json \
-        --record "bench/results/scoring-reference-h200-$(date -u +%F)/" \
-        > "$OUT/published-entry.json" 2>&1
-    echo "publish_g: rc=$? (the entry: published-entry.json)" | tee -a "$OUT/summary.txt"
-    naive_pools64
-    LIMIT=$(( ${END_S:-390} - $(elapsed) )) phased grade-naive "$naive" --overlap \
-        | tee -a "$OUT/summary.txt"
+    scoring_grades 190 "${END_S:-390}"
     ;;
 scoring-reference-ncu)
     # Issue 41's modelled L4 g: the host's time to issue each step of plain and the scoring
