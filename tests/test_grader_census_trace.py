@@ -123,10 +123,10 @@ def test_decoys_that_launch_nothing_are_too_small_for_the_kernel_grid() -> None:
     assert judged(honest, gpu=True) == []
 
 
-def test_a_linked_product_accounts_for_its_split_k_reduction_only() -> None:
-    """cuBLASLt's GEMM linked to its ``aten::mm``, its split-K reduction not (torch 2.11): that
-    op accounts for the reduction, not for another GEMM; a persistent GEMM's grid (the GPU's
-    SMs) may exceed a small product's elements."""
+def test_a_linked_product_accounts_for_one_more_kernel_only() -> None:
+    """cuBLASLt's GEMM linked to its ``aten::mm``, its split-K reduction or its tail's GEMM not
+    (torch 2.11; two GEMMs for one bf16 addmm on an H100): that op accounts for one of them, not
+    for two; a persistent GEMM's grid (the GPU's SMs) may exceed a small product's elements."""
     def step(*unlinked: tuple[str, int]) -> list[CensusFinding]:
         trace = Trace()
         with trace.step("forward:c"):
@@ -138,7 +138,9 @@ def test_a_linked_product_accounts_for_its_split_k_reduction_only() -> None:
         return judged(trace, gpu=True)
 
     assert step(("void cublasLt::splitKreduce_kernel<32, 16, int>()", 1)) == []
-    assert rules(step(("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_TNT", 132))) == {TORCH_OP_ON_PATH}
+    assert step(("nvjet_sm90_tst_64x8_64x16_2x4_h_badd_TNT", 132)) == []
+    assert rules(step(("nvjet_sm90_tst_64x8_64x16_2x4_h_badd_TNT", 132),
+                      ("void cublasLt::splitKreduce_kernel<32, 16, int>()", 1))) == {TORCH_OP_ON_PATH}
 
 
 def test_a_library_kernel_no_recorded_op_launched_breaks_the_rule() -> None:
