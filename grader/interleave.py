@@ -196,7 +196,8 @@ class _Run:
             start = early[0] if early else start
         end = float(message.get("_received", start))
         if child is self.sub:
-            end = idle.drain(self.base, self.sub, self.out, what, work)
+            end = idle.drain(self.base, self.sub, self.out, what, work,
+                             block=str(command.get("block", "sub")))
         return message, 1e3 * (end - start), not early
 
     def round(self, index: int, order: Sequence[str], *, timed: bool, alone: bool,

@@ -34,6 +34,9 @@ class Interleaved:
             (`grader.child.hold.set_host_wait`: the wait asked for, or ``auto: <why not>``).
         drain_ms: After every step of the submission's process, how long the trusted probe
             found the device still busy (its leftover GPU work, on that step's wall).
+        drain_by_block: The same per block of that process's steps: ``sub`` (the
+            submission's) and ``cal`` (the harness's calibration steps before the import),
+            whose spreads and levels the paired check compares (`grader.timing`).
         busy_ms: Each time the probe before a step found the device busy with work nobody
             trusted started (that round ran again).
     """
@@ -52,6 +55,7 @@ class Interleaved:
     hold: str = "unheld: not started"
     host_wait: dict[str, str] = field(default_factory=dict)
     drain_ms: list[float] = field(default_factory=list)
+    drain_by_block: dict[str, list[float]] = field(default_factory=dict)
     busy_ms: list[float] = field(default_factory=list)
 
 

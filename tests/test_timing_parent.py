@@ -87,7 +87,8 @@ def test_an_honest_run_is_scored_with_intervals(monkeypatch, ws) -> None:
     assert 0 < report.score < 3 and report.score_ci is not None
     tel = report.telemetry
     assert tel["peak_bandwidth_source"] == "memory clock × bus width"
-    assert tel["step_overhead_ms"] == pytest.approx({"plain": 0.3, "ref": 0.3, "sub": 0.3})
+    assert tel["step_overhead_ms"] == pytest.approx({"plain": 0.3, "ref": 0.3, "sub": 0.3,
+                                                     "cal": 0.3})
     assert tel["handshake_ms"] == pytest.approx({"baselines": 0.05, "submission": 0.05})
     assert tel["load_s"] == 0.25 and tel["gpu_memory_accounting"] == "test"
     assert tel["child_outcome"] == "ok" and tel["baselines_outcome"] == "ok"
@@ -667,6 +668,7 @@ def test_a_process_whose_cost_varies_alike_before_the_import_is_not_a_liar(monke
     install(monkeypatch, Script(busy=jitter(0.9, {"sub", "cal"})))
     report = run(ws, profile)
     assert report.status == "ok", report.reason
+    assert set(report.telemetry["probe"]["drain_ms_median_by_block"]) == {"cal", "sub"}
     install(monkeypatch, Script(busy=jitter(0.9, {"sub"})))
     assert_failed(run(ws, profile), "implausible", "in the same round, by over 0.25 ms")
 
@@ -968,6 +970,8 @@ def test_work_left_running_after_done_is_on_the_steps_wall(monkeypatch, ws) -> N
     assert shape.samples.sub_ms[1:] == pytest.approx((2.0,) * 5)
     assert report.telemetry["probe"]["drain_ms_max"] == pytest.approx(4.0)
     assert report.telemetry["probe"]["drained_steps"] == 1
+    # Per block of that process: its own steps' drains, apart from its calibration steps'.
+    assert report.telemetry["probe"]["drain_ms_median_by_block"] == {"cal": 0.0, "sub": 0.0}
 
 
 def test_work_left_running_after_every_done_is_implausible(monkeypatch, ws) -> None:
