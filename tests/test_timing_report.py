@@ -118,10 +118,12 @@ def test_overheads_are_the_median_gap_of_each_block_over_every_shape() -> None:
     one.wall_ms.update(plain=[5.2, 5.4], ref=[2.3], sub=[1.1, 1.2])
     two.window_ms.update(plain=[5.0], sub=[1.0])
     two.wall_ms.update(plain=[5.3], sub=[1.9])
+    one.calibration_ms.extend([0.4, 0.6])
+    two.calibration_ms.append(0.9)
     got = _overheads([one, two])
     assert got["plain"] == pytest.approx(0.3) and got["ref"] == pytest.approx(0.3)
-    assert got["sub"] == pytest.approx(0.2)
-    assert _overheads([ShapeRaw(SHAPE)]) == {"plain": None, "ref": None, "sub": None}
+    assert got["sub"] == pytest.approx(0.2) and got["cal"] == pytest.approx(0.6)
+    assert _overheads([ShapeRaw(SHAPE)]) == {"plain": None, "ref": None, "sub": None, "cal": None}
 
 
 def test_telemetry_without_a_gpu_says_so() -> None:
