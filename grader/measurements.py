@@ -35,8 +35,9 @@ class Interleaved:
         drain_ms: After every step of the submission's process, how long the trusted probe
             found the device still busy (its leftover GPU work, on that step's wall).
         drain_by_block: The same per block of that process's steps: ``sub`` (the
-            submission's) and ``cal`` (the harness's calibration steps before the import),
-            whose spreads and levels the paired check compares (`grader.timing`).
+            submission's) and ``cal`` (the harness's calibration steps before the import, whose
+            walls are the level and spread the submission's are judged against,
+            `grader.timing`).
         busy_ms: Each time the probe before a step found the device busy with work nobody
             trusted started (that round ran again).
     """
