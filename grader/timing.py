@@ -307,8 +307,9 @@ def analyze_shape(
     # steps say too: on an H100 host (2026-12-06, bench/results/scoring-reference-h100-2026-12-06/)
     # the trusted probe after a step that ran cuBLAS kernels found the GPU busy 0-1.2 ms (median
     # 0.37) switching back from that process's context, so honest steps of the naive control
-    # crossed 0.25 ms in 17-25 of 60 steps. The slack is the larger of the judge's and that spread (its
-    # overhead quantile less its median), and a step over it is still timed by its wall above.
+    # crossed 0.25 ms in 17-25 of 60 steps. The slack is the larger of the judge's and that
+    # spread (its overhead quantile less its median), and a step over it is still timed by its
+    # wall above.
     slack = judge.paired_slack_ms
     if len(raw.calibration_ms):
         own_ms = np.asarray(raw.calibration_ms, dtype=np.float64)
