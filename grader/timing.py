@@ -274,10 +274,12 @@ def analyze_shape(
     overheads = np.concatenate([walls[n] - windows[n] for n in BASELINES])
     overhead = float(np.quantile(overheads, judge.overhead_quantile)) + judge.overhead_slack_ms
     allowed = dict.fromkeys(BLOCKS, overhead)
-    if len(raw.calibration_ms):
-        own = float(np.quantile(np.asarray(raw.calibration_ms, dtype=np.float64),
-                                judge.overhead_quantile)) + judge.overhead_slack_ms
-        allowed["sub"] = max(overhead, own)
+    # The calibration steps' cost around their windows: its quantile and median (None: none ran).
+    calibration = np.asarray(raw.calibration_ms, dtype=np.float64)
+    own_q, own_median = ((float(np.quantile(calibration, judge.overhead_quantile)),
+                          float(np.median(calibration))) if calibration.size else (None, None))
+    if own_q is not None:
+        allowed["sub"] = max(overhead, own_q + judge.overhead_slack_ms)
     times, disagree = {}, {}
     for name in BLOCKS:
         times[name], disagree[name] = step_times(windows[name], walls[name], allowed[name])
@@ -298,9 +300,8 @@ def analyze_shape(
     # Less what the submission's process costs a step more than the baselines' by itself: its
     # calibration steps (the harness's block before the import, the same code) say how much.
     shift = 0.0
-    if len(raw.calibration_ms):
-        shift = max(0.0, float(np.median(np.asarray(raw.calibration_ms, dtype=np.float64)))
-                    - float(np.median(overheads)))
+    if own_median is not None:
+        shift = max(0.0, own_median - float(np.median(overheads)))
     paired = (walls["sub"] - windows["sub"] - shift
               - np.maximum(walls["plain"] - windows["plain"], walls["ref"] - windows["ref"]))
     # How much that cost varies from step to step in the submission's process, its calibration
@@ -311,10 +312,8 @@ def analyze_shape(
     # spread (its overhead quantile less its median), and a step over it is still timed by its
     # wall above.
     slack = judge.paired_slack_ms
-    if len(raw.calibration_ms):
-        own_ms = np.asarray(raw.calibration_ms, dtype=np.float64)
-        slack = max(slack, float(np.quantile(own_ms, judge.overhead_quantile)
-                                 - np.median(own_ms)) + judge.overhead_slack_ms)
+    if own_q is not None and own_median is not None:
+        slack = max(slack, own_q - own_median + judge.overhead_slack_ms)
     lied = paired > slack
     if float(lied.mean()) > judge.disagree_limit and not dry_run:
         return _fail(label, TimingStatus.IMPLAUSIBLE,
