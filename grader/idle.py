@@ -29,8 +29,8 @@ def drain(base: Child, sub: Child, out: Interleaved, what: str, work: float,
           block: str = "sub") -> float:
     """After a step (``what``, of ``block``) of the submission's process: stop it, and have the
     baselines process probe the device until the step's GPU work is done; the parent's clock
-    when the probe's answer was read, where the step's wall ends. What the probe found is kept
-    (``out.drain_ms``, and per block ``out.drain_by_block``)."""
+    when the probe's answer was read, where the step's wall ends. What the probe found is kept,
+    per block (``out.drain_by_block``)."""
     sub.pause()
     probed, _ = base.ask({"cmd": "probe"}, "probed", f"{what}: the device idle again", work)
     busy = number(probed, "busy_ms")
@@ -38,7 +38,6 @@ def drain(base: Child, sub: Child, out: Interleaved, what: str, work: float,
         raise Stop("void", f"the GPU was still busy {busy:.4g} ms after {what} (work of the "
                    "submission's process, a second CUDA context of its own say, or another "
                    "process on the GPU): nothing here can be timed; regrade")
-    out.drain_ms.append(busy)
     out.drain_by_block.setdefault(block, []).append(busy)
     return float(probed["_received"])
 

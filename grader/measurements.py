@@ -32,12 +32,11 @@ class Interleaved:
         hold: How the steps were timed: ``held``, or ``unheld: <why>``.
         host_wait: Per process, how its host waits for the device in a synchronization
             (`grader.child.hold.set_host_wait`: the wait asked for, or ``auto: <why not>``).
-        drain_ms: After every step of the submission's process, how long the trusted probe
-            found the device still busy (its leftover GPU work, on that step's wall).
-        drain_by_block: The same per block of that process's steps: ``sub`` (the
-            submission's) and ``cal`` (the harness's calibration steps before the import, whose
-            walls are the level and spread the submission's are judged against,
-            `grader.timing`).
+        drain_by_block: After every step of the submission's process, how long the trusted
+            probe found the device still busy (its leftover GPU work, on that step's wall), per
+            block of that process's steps: ``sub`` (the submission's) and ``cal`` (the
+            harness's calibration steps before the import, whose walls are the level and spread
+            the submission's are judged against, `grader.timing`).
         busy_ms: Each time the probe before a step found the device busy with work nobody
             trusted started (that round ran again).
     """
@@ -55,7 +54,6 @@ class Interleaved:
     load_s: float | None = None
     hold: str = "unheld: not started"
     host_wait: dict[str, str] = field(default_factory=dict)
-    drain_ms: list[float] = field(default_factory=list)
     drain_by_block: dict[str, list[float]] = field(default_factory=dict)
     busy_ms: list[float] = field(default_factory=list)
 

@@ -192,6 +192,7 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
     bandwidth = plausibility.peak_bandwidth(device.name, device.max_memory_clock_mhz,
                                             device.memory_bus_width_bits)
     status, reason = TimingStatus(run.status), run.reason
+    drains = [b for block in run.drain_by_block.values() for b in block]
     verdicts: list[ShapeVerdict] = []
     for index, shape in enumerate(prof.shapes):
         measured = run.shapes[index]
@@ -244,10 +245,9 @@ def timing_report(run: interleave.Interleaved, setup: TimingSetup,
             # The trusted probe (`grader.idle`): how long the
             # device stayed busy after the submission's process's steps (on their walls), and
             # what it found busy before a step (each such round ran again).
-            "probe": {"drain_ms_max": max(run.drain_ms, default=None),
-                      "drain_ms_median": (statistics.median(run.drain_ms) if run.drain_ms
-                                          else None),
-                      "drained_steps": sum(1 for b in run.drain_ms if b > 0),
+            "probe": {"drain_ms_max": max(drains, default=None),
+                      "drain_ms_median": statistics.median(drains) if drains else None,
+                      "drained_steps": sum(1 for b in drains if b > 0),
                       # Per block of that process (its own steps, the calibration steps before
                       # the import): a block whose steps leave the GPU slower to switch back
                       # than the harness's shows here (2026-12-06: 0.27 ms after the scoring
