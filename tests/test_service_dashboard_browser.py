@@ -83,6 +83,7 @@ def _submit(store: Store, run: str, workspace: Path, note: str) -> int:
 
 def test_an_operator_reads_two_cpu_grades_in_a_browser(tmp_path: Path, browser) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
 
     store_dir = tmp_path / "store"
     config = ci_config(tmp_path / "scoring.yaml")
@@ -143,6 +144,9 @@ def test_an_operator_reads_two_cpu_grades_in_a_browser(tmp_path: Path, browser) 
         assert "no GPU" in browser.find_element(By.ID, "not-checked").text
 
         browser.find_element(By.ID, "logout").click()
+        # The click returns before the form's navigation ends (an implicit wait covers elements,
+        # not the URL): wait for the page to leave the report, then check where it went.
+        WebDriverWait(browser, 10).until(lambda b: "/report" not in b.current_url)
         assert browser.current_url == f"{base}/login"
         browser.get(f"{base}/runs/{run.id}")
         assert browser.find_elements(By.ID, f"submission-{passing}") == []
