@@ -25,6 +25,8 @@ from grader.service.store import Store
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 REQUIRED = os.environ.get("GRADER_BROWSER_REQUIRED") == "1"
+# How long a click's navigation may take: generous, as CI's 2 cores also run the suite's workers.
+PAGE_WAIT_S = 60
 # The failing submission: the naive control whose forward raises with markup in its message, so
 # the grade's reasons (a submission's words) carry a script tag to the page.
 SCRIPT = "<script>document.title='owned'</script>"
@@ -81,9 +83,26 @@ def _submit(store: Store, run: str, workspace: Path, note: str) -> int:
     return sub.id
 
 
+def _follow(browser, element) -> None:
+    """Click what leads to another page, and return once that page has loaded.
+
+    `click()` can return before the navigation it starts ends (a form's POST and its redirect, or
+    a link), and Selenium's finds do not wait for it: on CI's loaded 2 cores a find once read the
+    login page after the login's click. The old page's root going stale says a new document
+    replaced it; its ready state says the new one is parsed."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    old = browser.find_element(By.TAG_NAME, "html")
+    element.click()
+    wait = WebDriverWait(browser, PAGE_WAIT_S)
+    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
+
+
 def test_an_operator_reads_two_cpu_grades_in_a_browser(tmp_path: Path, browser) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.wait import WebDriverWait
 
     store_dir = tmp_path / "store"
     config = ci_config(tmp_path / "scoring.yaml")
@@ -104,7 +123,7 @@ def test_an_operator_reads_two_cpu_grades_in_a_browser(tmp_path: Path, browser) 
         browser.get(f"{base}/")  # no session: the login form
         assert browser.find_element(By.ID, "error").text == "log in with the operator's token"
         browser.find_element(By.ID, "token").send_keys(operator)
-        browser.find_element(By.ID, "login").click()
+        _follow(browser, browser.find_element(By.ID, "login"))
         # The runs page, through the form's cookie, which a page's script could not read.
         row = browser.find_element(By.ID, f"run-{run.id}")
         assert "browser-run" in row.text and "graded 2" in row.text, row.text
@@ -112,7 +131,7 @@ def test_an_operator_reads_two_cpu_grades_in_a_browser(tmp_path: Path, browser) 
         assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
         assert browser.execute_script("return document.cookie") == ""
 
-        row.find_element(By.LINK_TEXT, "browser-run").click()
+        _follow(browser, row.find_element(By.LINK_TEXT, "browser-run"))
         assert browser.current_url == f"{base}/runs/{run.id}"
         good = browser.find_element(By.ID, f"submission-{passing}")
         bad = browser.find_element(By.ID, f"submission-{failing}")
@@ -127,7 +146,7 @@ def test_an_operator_reads_two_cpu_grades_in_a_browser(tmp_path: Path, browser) 
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(shot, keep / "run-page.png")
 
-        bad.find_element(By.PARTIAL_LINK_TEXT, "grade").click()
+        _follow(browser, bad.find_element(By.PARTIAL_LINK_TEXT, "grade"))
         assert browser.find_element(By.ID, "status").text == "crashed"
         reasons = browser.find_element(By.ID, "reasons").text
         # The tag is shown as text: the page's text holds it, the page holds no script element,
@@ -143,10 +162,7 @@ def test_an_operator_reads_two_cpu_grades_in_a_browser(tmp_path: Path, browser) 
         assert browser.find_element(By.ID, "not-timed").text == NOT_TIMED
         assert "no GPU" in browser.find_element(By.ID, "not-checked").text
 
-        browser.find_element(By.ID, "logout").click()
-        # The click returns before the form's navigation ends (an implicit wait covers elements,
-        # not the URL): wait for the page to leave the report, then check where it went.
-        WebDriverWait(browser, 10).until(lambda b: "/report" not in b.current_url)
+        _follow(browser, browser.find_element(By.ID, "logout"))
         assert browser.current_url == f"{base}/login"
         browser.get(f"{base}/runs/{run.id}")
         assert browser.find_elements(By.ID, f"submission-{passing}") == []
