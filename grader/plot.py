@@ -3,7 +3,9 @@
 matplotlib is optional (it is not a grading dependency): without it `plot_speedups` writes
 nothing and returns None, and the caller says so. The figure has one group per shape: the
 submission's speedup r and the reference's g, each with its 95% bootstrap interval, a line at 1×
-(plain PyTorch) and a tick at the shape's target max(margin·g, min_target), where the score is 1.
+(plain PyTorch) and a tick at the shape's target max(margin·g, min_target), where the score is 1:
+the target the report holds (`target`), else one computed from the score settings given (a
+report written before shapes carried their targets).
 """
 
 from __future__ import annotations
@@ -11,9 +13,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from grader.config import Score
-from grader.report import TimingReport
+from grader.report import ShapeTiming, TimingReport
 
 MISSING_MATPLOTLIB = "matplotlib is not installed: no plot written (pip install matplotlib)"
+
+
+def target(shape: ShapeTiming, score: Score | None = None) -> float | None:
+    """The r that scores 1 for ``shape``: the report's own (the settings it was scored with),
+    else ``score``'s for its g, else None (nothing to draw)."""
+    if shape.target is not None:
+        return shape.target
+    if score is not None and shape.g is not None:
+        return score.target(shape.g)
+    return None
 
 
 def plot_speedups(
@@ -24,7 +36,8 @@ def plot_speedups(
     Args:
         report: A timing report.
         path: Where the PNG goes.
-        score: The score settings, for the target ticks (none drawn if None).
+        score: The score settings, for the target ticks of shapes whose report holds none
+            (`target`).
 
     Returns:
         The path written, or None when matplotlib is not importable.
@@ -50,11 +63,13 @@ def plot_speedups(
         high = [ci[1] - v if ci else 0.0 for v, ci in zip(values, cis, strict=True)]
         ax.bar([x + offset for x in xs], values, width, yerr=[low, high], capsize=3,
                label=label, color=color)
-    if score is not None:
-        for x, s in zip(xs, shapes, strict=True):
-            if s.g is not None:
-                ax.hlines(score.target(s.g), x - width, x + width, colors="tab:green",
-                          linestyles="dashed", label="target (score 1)" if x == 0 else None)
+    labelled = False
+    for x, s in zip(xs, shapes, strict=True):
+        tick = target(s, score)
+        if tick is not None:
+            ax.hlines(tick, x - width, x + width, colors="tab:green", linestyles="dashed",
+                      label=None if labelled else "target (score 1)")
+            labelled = True
     ax.axhline(1.0, color="black", linewidth=0.8, label="plain PyTorch (score 0)")
     for x, s in zip(xs, shapes, strict=True):
         text = f"{s.score:.2f}" if s.status == "ok" else s.status
@@ -74,4 +89,4 @@ def plot_speedups(
     return path
 
 
-__all__ = ["MISSING_MATPLOTLIB", "plot_speedups"]
+__all__ = ["MISSING_MATPLOTLIB", "plot_speedups", "target"]

@@ -240,6 +240,10 @@ class ShapeTiming:
         r: ``t_plain / t_sub``.
         g: ``t_plain / t_ref``.
         r_ci, g_ci: Bootstrap confidence intervals of r and g.
+        target: The r that scores 1 here, ``max(margin·g, min_target)`` with the settings this
+            grade was scored with (CONTRACT §5): the report says what it was held to, whatever
+            ``scoring.yaml`` says later. None where the shape was not scored, and in reports
+            written before the field was added (2026-12-06).
         score: Score of the shape (CONTRACT §5).
         status: ``ok`` or why not (`grader.timing.TimingStatus` values).
         reason: Sentence for a non-ok status.
@@ -266,6 +270,7 @@ class ShapeTiming:
     g: float | None = None
     r_ci: tuple[float, float] | None = None
     g_ci: tuple[float, float] | None = None
+    target: float | None = None
     score: float = 0.0
     status: str = "ok"
     reason: str = ""
@@ -510,21 +515,22 @@ def _ci(pair: tuple[float, float] | None, spec: str = ".3f") -> str:
 
 
 def render_timing(report: TimingReport) -> str:
-    """Per-shape t_plain, t_ref, t_sub, r, g and score with intervals, then the task score."""
+    """Per-shape t_plain, t_ref, t_sub, r, g, the target r (score 1) and the score, with
+    intervals, then the task score."""
     head = (f"{'shape':<26} {'t_plain ms':>10} {'t_ref ms':>9} {'t_sub ms':>9} "
-            f"{'r':>6} {'r 95% CI':<16} {'g':>6} {'g 95% CI':<16} {'score':>6} "
-            f"{'score 95% CI':<16} status")
+            f"{'r':>6} {'r 95% CI':<16} {'g':>6} {'g 95% CI':<16} {'target':>6} "
+            f"{'score':>6} {'score 95% CI':<16} status")
     lines = [f"timing profile {report.profile}: {report.rounds} rounds after {report.warmup} "
              "warm-up rounds, medians of per-round paired ratios, 95% bootstrap intervals "
              f"resampling whole visits of {_visit_rounds(report)} rounds", head]
     for s in report.shapes:
         status = s.status if s.status == "ok" else f"{s.status}: {s.reason}"
         f3 = {k: _fmt(getattr(s, k), ".3f")
-              for k in ("t_plain_ms", "t_ref_ms", "t_sub_ms", "r", "g")}
+              for k in ("t_plain_ms", "t_ref_ms", "t_sub_ms", "r", "g", "target")}
         lines.append(
             f"{s.label:<26} {f3['t_plain_ms']:>10} {f3['t_ref_ms']:>9} {f3['t_sub_ms']:>9} "
-            f"{f3['r']:>6} {_ci(s.r_ci):<16} {f3['g']:>6} {_ci(s.g_ci):<16} {s.score:>6.3f} "
-            f"{_ci(s.score_ci):<16} {status}")
+            f"{f3['r']:>6} {_ci(s.r_ci):<16} {f3['g']:>6} {_ci(s.g_ci):<16} "
+            f"{f3['target']:>6} {s.score:>6.3f} {_ci(s.score_ci):<16} {status}")
     lines.append(f"task score {report.score:.4f} {_ci(report.score_ci, '.4f')}  "
                  f"status {report.status}{': ' + report.reason if report.reason else ''}")
     return "\n".join(lines)

@@ -378,6 +378,7 @@ def analyze_shape(
         g=est.g.value,
         r_ci=(est.r.ci.low, est.r.ci.high),
         g_ci=(est.g.ci.low, est.g.ci.high),
+        target=score.target(est.g.value),
         score=est.score,
         score_ci=(est.score_ci.low, est.score_ci.high),
         weight=score.dtype_weights[raw.shape.dtype],

@@ -85,6 +85,10 @@ def test_reference_as_submission_scores_its_expectation_within_the_interval() ->
     assert v.timing.g == pytest.approx(2.5, rel=0.02)
     assert v.timing.score == pytest.approx(expected, abs=0.03)
     assert v.timing.score_ci[0] <= expected <= v.timing.score_ci[1]
+    # The report holds the r that scores 1 against its own g, under the settings it was scored
+    # with: r at that target would score exactly 1.
+    assert v.timing.target == pytest.approx(SCORE.target(v.timing.g))
+    assert SCORE.shape_score(v.timing.target, v.timing.g) == pytest.approx(1.0)
     assert v.timing.r_ci[0] <= v.timing.r <= v.timing.r_ci[1]
 
 

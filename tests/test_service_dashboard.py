@@ -24,10 +24,13 @@ STDERR = '<img src=x onerror="alert(2)"> & </pre><b>bold</b>'
 
 
 def _timed(score: float, ci: tuple[float, float]) -> str:
+    # The float16 row carries the target it was scored against; the float32 row is as a report
+    # written before shapes carried one (no "target" key).
     shapes = [{"label": label, "t_plain_ms": 1.0, "t_ref_ms": 0.5, "t_sub_ms": 0.6, "r": 1.66,
                "g": 2.0, "r_ci": [1.6, 1.7], "g_ci": [1.9, 2.1], "score": score, "status": "ok",
-               "reason": "", "score_ci": list(ci), "weight": 1.0}
-              for label in ("float32:8x4096:d1", "float16:8x4096:d4")]  # fmt: skip
+               "reason": "", "score_ci": list(ci), "weight": 1.0, **extra}
+              for label, extra in (("float32:8x4096:d1", {}),
+                                   ("float16:8x4096:d4", {"target": 2.375}))]  # fmt: skip
     timing = {"profile": "h200", "shapes": shapes, "score": score, "status": "ok", "reason": "",
               "telemetry": {"device": {"name": "NVIDIA H200"}}, "score_ci": list(ci),
               "rounds": 30, "warmup": 3, "wall_s": 12.0}  # fmt: skip
@@ -211,6 +214,10 @@ def test_a_timed_grade_shows_its_shapes_and_plot(board: dict) -> None:
     page = fetch(f"{board['url']}/submissions/{sub}/report?grade={grade}",
                  token=board["operator"]).text  # fmt: skip
     assert f"final {grade}" in page and 'id="shapes"' in page and "float16:8x4096:d4" in page
+    # Each row's target r: the report's own, or "-" where an older report holds none.
+    rows = {row.split("</td>", 1)[0]: row for row in page.split("<tr><td>")[1:]}
+    assert '<td class="num">2.375</td>' in rows["float16:8x4096:d4"]
+    assert '<td class="num">-</td>' in rows["float32:8x4096:d1"]
     assert f'src="/dashboard/submissions/{sub}/plot.png?grade={grade}"' in page
     png = fetch(f"{board['url']}/submissions/{sub}/plot.png?grade={grade}",
                 token=board["operator"])  # fmt: skip

@@ -13,7 +13,7 @@ from interleave_fakes import install
 
 from grader import telemetry
 from grader.config import Profile, Shape, load_config
-from grader.plot import plot_speedups
+from grader.plot import plot_speedups, target
 from grader.report import ShapeTiming, TimingReport, render_timing
 from grader.samples import ShapeRaw
 from grader.timing_run import _overheads, run_timing
@@ -23,8 +23,9 @@ SHAPE = Shape(32, 4096, 1, "float32")
 
 
 def report() -> TimingReport:
+    # The scored shape's target, 3.0, is margin 1.2 × g: settings other than scoring.yaml's.
     ok = ShapeTiming(label="float32:32x4096:d1", t_plain_ms=10.0, t_ref_ms=4.0, t_sub_ms=3.5,
-                     r=2.857, g=2.5, r_ci=(2.8, 2.9), g_ci=(2.45, 2.55), score=1.04,
+                     r=2.857, g=2.5, r_ci=(2.8, 2.9), g_ci=(2.45, 2.55), target=3.0, score=1.04,
                      score_ci=(1.0, 1.08), weight=2.0, floor_ms=0.055, utilisation=0.2,
                      tail_ms=0.02)
     bad = ShapeTiming(label="bfloat16:64x8192:d64", t_plain_ms=9.0, t_ref_ms=3.0, t_sub_ms=0.001,
@@ -40,6 +41,21 @@ def test_table_shows_every_shape_with_intervals_and_reasons() -> None:
     assert "float32:32x4096:d1" in text and "[2.800, 2.900]" in text and "[1.000, 1.080]" in text
     assert "implausible: sub: 40 step(s)" in text
     assert "task score 0.0000" in text and "40 rounds after 5 warm-up rounds" in text
+    head, ok, bad = text.splitlines()[1:4]
+    # The target column: the r that scores 1, "-" where the shape was not scored.
+    end = head.index(" target ") + len(" target")
+    assert (ok[end - 6:end], bad[end - 6:end]) == (" 3.000", "     -"), (head, ok, bad)
+
+
+def test_the_plot_ticks_the_target_the_report_was_scored_against() -> None:
+    """A report's own target wins over the settings the caller has now (the dashboard's
+    scoring.yaml may differ from the one a worker graded with); a report written before shapes
+    carried one falls back to those settings; a shape with neither has no tick."""
+    ok, bad = report().shapes
+    assert target(ok, CONFIG.score) == 3.0 != CONFIG.score.target(ok.g)
+    older = dataclasses.replace(ok, target=None)
+    assert target(older, CONFIG.score) == pytest.approx(CONFIG.score.target(2.5))
+    assert target(older) is None and target(bad, CONFIG.score) is None
 
 
 def test_plot_is_written_as_png(tmp_path) -> None:

@@ -201,12 +201,13 @@ finished {{ grade.finished_at or '-' }}{% if report and report.get('wall_s') %} 
 {% endfor %}</ul>{% else %}<p id="reasons">None: nothing failed.</p>{% endif %}
 <h2>Per shape</h2>
 {% if shapes %}<table id="shapes"><tr><th>shape</th><th>status</th><th>t plain ms</th>
-<th>t ref ms</th><th>t sub ms</th><th>r [95%]</th><th>g [95%]</th><th>score [95%]</th>
+<th>t ref ms</th><th>t sub ms</th><th>r [95%]</th><th>g [95%]</th><th>target r</th>
+<th>score [95%]</th>
 <th>weight</th><th>reason</th></tr>
 {% for s in shapes %}<tr><td>{{ s.label }}</td><td>{{ s.status }}</td>
 <td class="num">{{ s.t_plain_ms | num }}</td><td class="num">{{ s.t_ref_ms | num }}</td>
 <td class="num">{{ s.t_sub_ms | num }}</td><td class="num">{{ s.r | num }}{{ s.r_ci | ci }}</td>
-<td class="num">{{ s.g | num }}{{ s.g_ci | ci }}</td>
+<td class="num">{{ s.g | num }}{{ s.g_ci | ci }}</td><td class="num">{{ s.target | num }}</td>
 <td class="num">{{ s.score | score }}{{ s.score_ci | ci }}</td>
 <td class="num">{{ s.weight | num }}</td><td>{{ s.reason }}</td></tr>
 {% endfor %}</table>
@@ -308,8 +309,9 @@ class _Plots:
 
 @functools.cache
 def _targets() -> Score | None:
-    """The score settings for the plot's target ticks: the service's scoring.yaml (none drawn if
-    it does not load; the plot is still worth showing)."""
+    """The score settings for the target ticks of a report that holds none (one written before
+    shapes carried the target they were scored against, `ShapeTiming.target`): the service's
+    scoring.yaml (none drawn if it does not load; the plot is still worth showing)."""
     try:
         return load_config().score
     except ConfigError:
