@@ -99,14 +99,15 @@ def grader_cli(*args: str, timeout: float = 120.0) -> subprocess.CompletedProces
 
 
 class Server:
-    """``python -m grader serve`` as a process on a free port of 127.0.0.1."""
+    """``python -m grader serve`` as a process on a free port of 127.0.0.1 (``flags``: more of
+    its flags)."""
 
-    def __init__(self, store: Path) -> None:
+    def __init__(self, store: Path, *flags: str) -> None:
         self.store = store
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "grader", "serve", "--store", str(store), "--port", "0",
-             "--json"], env=ENV, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True,
+             "--json", *flags], env=ENV, cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()

@@ -26,6 +26,7 @@ import pytest
 from service_helpers import (
     ENV,
     REPO,
+    Server,
     call,
     exchange,
     fake_commit,
@@ -577,6 +578,46 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_1(tmp_path: Path) -> None:
             assert "Traceback" not in done.stderr
             if extra:
                 assert "in use" in json.loads(done.stdout)["error"]
+
+
+def test_serve_takes_the_servers_limits_from_its_flags(tmp_path: Path) -> None:
+    """``serve --max-connections 2 --request-s 1``: a third connection gets 503, a request whose
+    head never ends gets 408 after about a second (the defaults are 512 and 60 s)."""
+    with Server(tmp_path / "store", "--max-connections", "2", "--request-s", "1") as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+        try:
+            time.sleep(0.3)
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+                extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                code, _, body = one_reply(exchange_on(extra))
+            assert "2 connections open" in _is_error(code, body, 503)
+        finally:
+            for sock in held:
+                sock.close()
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+            slow.sendall(b"GET /healthz HTTP/1.1\r\n")  # a head that never ends
+            start = time.monotonic()
+            code, _, body = one_reply(exchange_on(slow))
+            took = time.monotonic() - start
+        assert "within 1 s" in _is_error(code, body, 408) and 0.5 < took < 5, took
+
+
+@pytest.mark.parametrize("flag, value", [("--threads", "0"), ("--max-connections", "-1"),
+                                         ("--keep-alive-s", "inf"), ("--request-s", "nan")])
+def test_serve_refuses_a_limit_that_is_not_positive(tmp_path: Path, flag: str, value: str) -> None:
+    """Exit 2 and one line naming the limit and the value; no store is made."""
+    import subprocess
+
+    store = tmp_path / "store"
+    done = subprocess.run([sys.executable, "-m", "grader", "serve", "--store", str(store),
+                           "--port", "0", flag, value, "--json"], env=ENV, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2, done
+    error = json.loads(done.stdout)["error"]
+    assert flag.removeprefix("--").replace("-", "_") in error and value in error, error
+    assert not store.exists() and "Traceback" not in done.stderr
 
 
 def test_an_internal_error_is_a_500_that_names_no_path(

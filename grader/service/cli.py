@@ -1,6 +1,7 @@
 """The operator's commands (a contract: operators script against them; keep them exactly).
 
-    python -m grader serve --store DIR [--host H] [--port P]
+    python -m grader serve --store DIR [--host H] [--port P] [--keep-alive-s S] [--request-s S]
+                           [--max-connections N] [--backlog N] [--threads N]
     python -m grader worker --store DIR (--gpu N | --cpu) [--once] [--name NAME]
                             [--executor local|docker] [--image IMAGE]
     python -m grader run create NAME --store DIR [--max-per-hour N] [--max-upload-mb M]
@@ -31,6 +32,7 @@ from typing import Any
 
 from grader.service import runs
 from grader.service.executors import ExecutorError
+from grader.service.server_limits import ServerOptions
 from grader.service.store import DB_NAME, Limits, Store, StoreError
 from grader.service.text import printable
 
@@ -49,6 +51,18 @@ def _parser() -> argparse.ArgumentParser:
     common(s)
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8750)
+    limits = ServerOptions()
+    for flag, kind, text in (
+        ("keep-alive-s", float, "seconds an idle connection is kept"),
+        ("request-s", float, "seconds a request's head and body may take to arrive (then 408)"),
+        ("max-connections", int, "connections open at once (past it: 503)"),
+        ("backlog", int, "the listen socket's backlog"),
+        ("threads", int, "requests handled at once"),
+    ):  # fmt: skip
+        field = flag.replace("-", "_")
+        s.add_argument(f"--{flag}", dest=field, type=kind, default=getattr(limits, field),
+                       metavar="N" if kind is int else "S",
+                       help=f"{text} (default {getattr(limits, field):g})")
     w = sub.add_parser("worker", help="grade queued submissions on one device")
     common(w)
     where = w.add_mutually_exclusive_group(required=True)
@@ -143,7 +157,10 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
     try:
-        server = make_server(args.store, args.host, args.port)
+        options = ServerOptions(keep_alive_s=args.keep_alive_s, request_s=args.request_s,
+                                max_connections=args.max_connections, backlog=args.backlog,
+                                threads=args.threads)  # fmt: skip
+        server = make_server(args.store, args.host, args.port, options=options)
     except OSError as exc:
         why = ("the port is in use (another service, or this one still running?)"
                if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc)))  # fmt: skip

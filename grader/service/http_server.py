@@ -14,6 +14,7 @@ shared host needs.
   a length, two that differ, a malformed head) included. uvicorn's parser is h11 (its
   ``httptools`` one is never chosen): it takes a request body by its declared length only.
 
+The limits are `grader.service.server_limits.ServerOptions` (``serve`` sets each from a flag).
 `GraderServer` binds its socket when made, so that a busy port is an `OSError` before anything
 is served and port 0 names the free port it got; `GraderServer.serve_forever` runs uvicorn on it
 until `GraderServer.shutdown`.
@@ -26,7 +27,6 @@ import json
 import logging
 import socket
 import threading
-from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -39,19 +39,9 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from grader.service.api import ReadyRule, create_app
 from grader.service.archive import UploadLimits
+from grader.service.server_limits import ServerOptions
 
 log = logging.getLogger("grader.service.http")
-
-
-@dataclass(frozen=True)
-class ServerOptions:
-    """The server's limits (module docstring)."""
-
-    keep_alive_s: float = 5.0
-    request_s: float = 60.0
-    max_connections: int = 512
-    backlog: int = 1024
-    threads: int = 32
 
 
 def raw_reply(status: int, message: str) -> bytes:
