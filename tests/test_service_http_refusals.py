@@ -429,16 +429,29 @@ def exchange_on(sock: socket.socket) -> bytes:
         return out
 
 
-def test_past_the_connection_cap_a_connection_gets_503_json(tmp_path: Path) -> None:
-    server, thread = _start(tmp_path / "store", ServerOptions(keep_alive_s=5.0, max_connections=5))
-    port = server.server_address[1]
-    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(5)]
+def _one_past_the_cap(port: int, cap: int) -> list[socket.socket]:
+    """Hold ``cap`` idle connections, check that one more gets the 503 that names the cap, and
+    return the held ones (the caller closes them)."""
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(cap)]
     try:
         time.sleep(0.3)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
             extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             code, _, body = one_reply(exchange_on(extra))
-        assert "connections open" in _is_error(code, body, 503)
+        assert f"{cap} connections open" in _is_error(code, body, 503)
+    except BaseException:
+        for sock in held:
+            sock.close()
+        raise
+    return held
+
+
+def test_past_the_connection_cap_a_connection_gets_503_json(tmp_path: Path) -> None:
+    server, thread = _start(tmp_path / "store", ServerOptions(keep_alive_s=5.0, max_connections=5))
+    port = server.server_address[1]
+    held: list[socket.socket] = []
+    try:
+        held = _one_past_the_cap(port, 5)
         held.pop().close()
         time.sleep(0.3)
         assert call(f"http://127.0.0.1:{port}/healthz", None).status == 200  # room again
@@ -585,16 +598,8 @@ def test_serve_takes_the_servers_limits_from_its_flags(tmp_path: Path) -> None:
     head never ends gets 408 after about a second (the defaults are 512 and 60 s)."""
     with Server(tmp_path / "store", "--max-connections", "2", "--request-s", "1") as server:
         port = int(server.url.rsplit(":", 1)[1])
-        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
-        try:
-            time.sleep(0.3)
-            with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
-                extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-                code, _, body = one_reply(exchange_on(extra))
-            assert "2 connections open" in _is_error(code, body, 503)
-        finally:
-            for sock in held:
-                sock.close()
+        for sock in _one_past_the_cap(port, 2):
+            sock.close()
         time.sleep(0.3)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
             slow.sendall(b"GET /healthz HTTP/1.1\r\n")  # a head that never ends
