@@ -462,7 +462,7 @@ def match_kernels(summary: StepSummary) -> list[KernelRecord]:
         ops.sort(key=lambda entry: -entry[0])
     unmatched: list[KernelRecord] = []
     pending = [k for k in summary.kernels or ()
-               if _LIBRARY_KERNEL.search(k.name) and not k.launched_by
+               if is_library_kernel(k.name) and not k.launched_by
                and not _CONV_NORM_KERNEL.search(k.name)]  # fmt: skip
     for kernel in sorted(pending, key=lambda k: -k.blocks):
         kind = _kernel_kind(kernel.name)
@@ -485,9 +485,9 @@ def _judge_kernels(add: Any, summary: StepSummary, dims: BlockDims | None, big: 
     """Rule (e): the step's GPU kernels and its copies to the host."""
     step = summary.label
     kernels = summary.kernels or ()
-    own = [k for k in kernels if not _LIBRARY_KERNEL.search(k.name)]
+    own = [k for k in kernels if not is_library_kernel(k.name)]
     for k in kernels:
-        if _LIBRARY_KERNEL.search(k.name) and _CONV_NORM_KERNEL.search(k.name):
+        if is_library_kernel(k.name) and _CONV_NORM_KERNEL.search(k.name):
             add(TORCH_OP_ON_PATH,
                 f"the PyTorch/cuDNN convolution or normalization kernel {k.name[:160]!r} ran "
                 f"{k.count}x in {step}")  # fmt: skip
