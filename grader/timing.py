@@ -274,12 +274,25 @@ def analyze_shape(
     overheads = np.concatenate([walls[n] - windows[n] for n in BASELINES])
     overhead = float(np.quantile(overheads, judge.overhead_quantile)) + judge.overhead_slack_ms
     allowed = dict.fromkeys(BLOCKS, overhead)
-    # The calibration steps' cost around their windows: its quantile and median (None: none ran).
+    # For the paired check below: what the submission's process costs a step more than the
+    # baselines' by itself (``shift``), and how far above that a step may go (``slack``).
+    shift, slack = 0.0, judge.paired_slack_ms
     calibration = np.asarray(raw.calibration_ms, dtype=np.float64)
-    own_q, own_median = ((float(np.quantile(calibration, judge.overhead_quantile)),
-                          float(np.median(calibration))) if calibration.size else (None, None))
-    if own_q is not None:
+    if calibration.size:
+        # Its calibration steps (the harness's block before the import, the same code) say how
+        # much the process costs around a window: its quantile is that block's allowance...
+        own_q = float(np.quantile(calibration, judge.overhead_quantile))
+        own_median = float(np.median(calibration))
         allowed["sub"] = max(overhead, own_q + judge.overhead_slack_ms)
+        # ...its median less the baselines' is the shift...
+        shift = max(0.0, own_median - float(np.median(overheads)))
+        # ...and its spread widens the slack. On an H100 host (2026-12-06,
+        # bench/results/scoring-reference-h100-2026-12-06/) the trusted probe after a step that
+        # ran cuBLAS kernels found the GPU busy 0-1.2 ms (median 0.37) switching back from that
+        # process's context, so honest steps of the naive control crossed 0.25 ms in 17-25 of 60
+        # steps. The slack is the larger of the judge's and that spread (its overhead quantile
+        # less its median), and a step over it is still timed by its wall above.
+        slack = max(slack, own_q - own_median + judge.overhead_slack_ms)
     times, disagree = {}, {}
     for name in BLOCKS:
         times[name], disagree[name] = step_times(windows[name], walls[name], allowed[name])
@@ -297,23 +310,10 @@ def analyze_shape(
                   samples=samples, t_plain_alone_ms=alone_medians["plain"],
                   t_ref_alone_ms=alone_medians["ref"], overhead_ms=allowed["sub"],
                   clock_disagreements=int(disagree["sub"].sum()))
-    # Less what the submission's process costs a step more than the baselines' by itself: its
-    # calibration steps (the harness's block before the import, the same code) say how much.
-    shift = 0.0
-    if own_median is not None:
-        shift = max(0.0, own_median - float(np.median(overheads)))
+    # The paired check: less the process's own extra cost (``shift``, above), a step's wall
+    # beyond its window by more than both baselines' in the same round, by over ``slack``.
     paired = (walls["sub"] - windows["sub"] - shift
               - np.maximum(walls["plain"] - windows["plain"], walls["ref"] - windows["ref"]))
-    # How much that cost varies from step to step in the submission's process, its calibration
-    # steps say too: on an H100 host (2026-12-06, bench/results/scoring-reference-h100-2026-12-06/)
-    # the trusted probe after a step that ran cuBLAS kernels found the GPU busy 0-1.2 ms (median
-    # 0.37) switching back from that process's context, so honest steps of the naive control
-    # crossed 0.25 ms in 17-25 of 60 steps. The slack is the larger of the judge's and that
-    # spread (its overhead quantile less its median), and a step over it is still timed by its
-    # wall above.
-    slack = judge.paired_slack_ms
-    if own_q is not None and own_median is not None:
-        slack = max(slack, own_q - own_median + judge.overhead_slack_ms)
     lied = paired > slack
     if float(lied.mean()) > judge.disagree_limit and not dry_run:
         return _fail(label, TimingStatus.IMPLAUSIBLE,
