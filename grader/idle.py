@@ -26,7 +26,7 @@ from grader.measurements import Interleaved, number
 
 
 def drain(base: Child, sub: Child, out: Interleaved, what: str, work: float,
-          block: str = "sub") -> float:
+          block: str) -> float:
     """After a step (``what``, of ``block``) of the submission's process: stop it, and have the
     baselines process probe the device until the step's GPU work is done; the parent's clock
     when the probe's answer was read, where the step's wall ends. What the probe found is kept,
