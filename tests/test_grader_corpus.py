@@ -12,6 +12,7 @@ from grader_helpers import (
     assert_verdict,
     ci_config,
     corpus_entries,
+    corpus_params,
     corpus_workspace,
     expected_of,
     reference_workspace,
@@ -20,14 +21,8 @@ from grader_helpers import (
 
 from grader.report import Status
 
-# An entry the grader cannot catch yet says why in XFAIL; its test is a strict xfail, so the day
-# it is caught the test fails until the marker goes.
-CPU_ENTRIES = [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=expected_of(n).xfail))
-    if expected_of(n).xfail else n
-    for n in corpus_entries()
-    if not expected_of(n).gpu_only
-]
+# An entry the grader cannot catch yet says why in XFAIL (a strict xfail, `corpus_params`).
+CPU_ENTRIES = corpus_params([n for n in corpus_entries() if not expected_of(n).gpu_only])
 
 
 @pytest.mark.slow

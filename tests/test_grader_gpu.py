@@ -18,6 +18,7 @@ from grader_helpers import (
     assert_verdict,
     ci_config,
     corpus_entries,
+    corpus_params,
     corpus_workspace,
     expected_of,
     reference_workspace,
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.gpu
 GPU_ENTRIES = ("device_fault", "plain_pytorch", "starts_thread", "changes_tf32")
 
 
-@pytest.mark.parametrize("name", GPU_ENTRIES)
+@pytest.mark.parametrize("name", corpus_params(GPU_ENTRIES))
 def test_corpus_on_gpu(name: str, tmp_path: Path) -> None:
     expected = expected_of(name)
     ws = corpus_workspace(name, tmp_path / "ws")
@@ -68,7 +69,9 @@ def test_reference_copy_passes_ci_gate_on_gpu(tmp_path: Path) -> None:
 POOL_THREADS = int(os.environ.get("GRADER_TEST_POOL_THREADS", "0")) or None
 
 
-@pytest.mark.parametrize("name", [n for n in corpus_entries() if n not in GPU_ENTRIES])
+# An entry the grader cannot catch yet (its XFAIL says why) is a strict xfail here too.
+@pytest.mark.parametrize("name", corpus_params([n for n in corpus_entries()
+                                                if n not in GPU_ENTRIES]))
 def test_every_corpus_entry_on_gpu(name: str, tmp_path: Path) -> None:
     expected = expected_of(name)
     ws = corpus_workspace(name, tmp_path / "ws")
